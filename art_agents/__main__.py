@@ -1,0 +1,3 @@
+from art_agents.cli import run
+
+run()

@@ -1,0 +1,194 @@
+"""Scoped capture: a contextvar holds the trajectory of the rollout running in this task.
+
+Nothing is patched globally. Clients built by the toolkit, LangChain callbacks and the MCP wrapper
+call `record_completion` / `record_tool_call`; outside a rollout those calls do nothing, and
+concurrent asyncio tasks each see their own trajectory because contextvars are copied per task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import numbers
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar, Token
+from typing import Any, ParamSpec, overload
+
+from art_agents.errors import RolloutFailed
+from art_agents.messages import ChatMessage, as_messages
+from art_agents.trajectory import History, Trajectory, Turn
+
+_current: ContextVar[Trajectory | None] = ContextVar("art_agents_trajectory", default=None)
+_span: ContextVar[str | None] = ContextVar("art_agents_span", default=None)
+
+ROLLOUT_HEADER = "x-art-rollout-id"
+_STEP_SUFFIX = re.compile(r"@(\d+)$")
+
+P = ParamSpec("P")
+
+
+def current_trajectory() -> Trajectory | None:
+    """The trajectory of the rollout running in this context, or None outside a rollout."""
+    return _current.get()
+
+
+def current_span() -> str | None:
+    return _span.get()
+
+
+@contextlib.contextmanager
+def span(name: str) -> Iterator[None]:
+    """Label model calls made inside (a graph node, a tool) so turns say where they came from."""
+    token = _span.set(name)
+    try:
+        yield
+    finally:
+        _span.reset(token)
+
+
+class Rollout:
+    """Context manager that opens a trajectory for the calls made inside (see `rollout`)."""
+
+    def __init__(self, trajectory: Trajectory | None = None, **metadata: Any) -> None:
+        self.trajectory = trajectory if trajectory is not None else Trajectory()
+        self.trajectory.metadata.update(metadata)
+        self._token: Token[Trajectory | None] | None = None
+
+    def __enter__(self) -> Trajectory:
+        self._token = _current.set(self.trajectory)
+        return self.trajectory
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+        if exc is None:
+            self.trajectory.finish()
+            return
+        if isinstance(exc, Exception) and not isinstance(exc, RolloutFailed):
+            self.trajectory.failed = True
+            self.trajectory.finished_at = time.time()
+            self.trajectory.log(f"rollout raised {type(exc).__name__}: {exc}")
+            raise RolloutFailed(self.trajectory, exc) from exc
+
+    async def __aenter__(self) -> Trajectory:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+
+@overload
+def rollout(func: Callable[P, Awaitable[Any]], /) -> Callable[P, Awaitable[Trajectory]]: ...
+@overload
+def rollout(trajectory: Trajectory | None = None, /, **metadata: Any) -> Rollout: ...
+def rollout(target: Any = None, /, **metadata: Any) -> Any:
+    """Capture the model calls of one rollout into a Trajectory.
+
+    `async with rollout(task="x") as traj:` (or plain `with`), or as a decorator on an async
+    function, which then returns the Trajectory; a number it returns becomes the reward. An
+    exception inside marks the trajectory failed, logs the error and re-raises it as
+    `RolloutFailed` carrying the partial trajectory, so a group counts the failure and keeps
+    what was recorded.
+    """
+    if callable(target) and not isinstance(target, Trajectory):
+        return _decorate(target)
+    return Rollout(target, **metadata)
+
+
+def _decorate(func: Callable[P, Awaitable[Any]]) -> Callable[P, Awaitable[Trajectory]]:
+    if not inspect.iscoroutinefunction(func):
+        raise TypeError(f"@rollout decorates async functions; {func.__qualname__} is not one")
+
+    @functools.wraps(func)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Trajectory:
+        async with Rollout() as trajectory:
+            result = await func(*args, **kwargs)
+            if isinstance(result, Trajectory):
+                return result
+            if isinstance(result, numbers.Real) and not isinstance(result, bool):
+                trajectory.reward = float(result)
+        return trajectory
+
+    return wrapper
+
+
+def policy_step_of(model_name: str | None) -> int | None:
+    """`name@12` -> 12: every completion our server answers names the step that sampled it."""
+    match = _STEP_SUFFIX.search(model_name or "")
+    return int(match.group(1)) if match else None
+
+
+def record_completion(
+    request_messages: list[Any],
+    response_message: Any,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    completion_id: str | None = None,
+    model: str | None = None,
+    latency_s: float = 0.0,
+    finish_reason: str | None = None,
+    usage: dict[str, Any] | None = None,
+    span: str | None = None,
+    trajectory: Trajectory | None = None,
+) -> Turn | None:
+    """Append one model call to the current trajectory; a no-op outside a rollout.
+
+    The call joins the history whose messages its request extends; otherwise it starts a new one
+    (a different system prompt, or a history rewritten between calls).
+    """
+    trajectory = trajectory if trajectory is not None else _current.get()
+    if trajectory is None:
+        return None
+    request = as_messages(list(request_messages))
+    response = response_message if isinstance(response_message, ChatMessage) else ChatMessage.model_validate(response_message)
+    if completion_id is not None and any(t.completion_id == completion_id for t in trajectory.turns):
+        return None  # seen through two paths (transport and callback): record once
+    history = _history_for(trajectory, request, tools)
+    messages = [*request, response]
+    if history == 0:
+        trajectory.messages = messages
+        if tools:
+            trajectory.tools = tools
+    else:
+        trajectory.additional_histories[history - 1].messages = messages
+    turn = Turn(
+        history=history,
+        index=len(request),
+        completion_id=completion_id,
+        model=model,
+        policy_step=policy_step_of(model),
+        span=span if span is not None else _span.get(),
+        latency_s=latency_s,
+        finish_reason=finish_reason,
+        usage=usage,
+    )
+    trajectory.turns.append(turn)
+    return turn
+
+
+def record_tool_result(tool_call_id: str, content: str, *, name: str | None = None) -> None:
+    """Append a tool result to the main history when the agent's next request has not yet done so."""
+    trajectory = _current.get()
+    if trajectory is None:
+        return
+    if any(m.role == "tool" and m.tool_call_id == tool_call_id for m in trajectory.messages):
+        return
+    trajectory.messages.append(ChatMessage(role="tool", content=content, tool_call_id=tool_call_id, name=name))
+
+
+def _history_for(trajectory: Trajectory, request: list[ChatMessage], tools: list[dict[str, Any]] | None) -> int:
+    histories = [trajectory.messages, *(h.messages for h in trajectory.additional_histories)]
+    for index, messages in enumerate(histories):
+        if _is_prefix(messages, request) and (messages or index == 0):
+            return index
+    trajectory.additional_histories.append(History(tools=tools))
+    return len(trajectory.additional_histories)
+
+
+def _is_prefix(prefix: list[ChatMessage], messages: list[ChatMessage]) -> bool:
+    if len(prefix) > len(messages):
+        return False
+    return all(a.same_as(b) for a, b in zip(prefix, messages, strict=False))

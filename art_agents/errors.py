@@ -1,0 +1,34 @@
+"""Errors the toolkit raises on purpose; each message names the problem and the fix."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from art_agents.trajectory import Trajectory
+
+
+class ArtError(Exception):
+    """Base class for every error raised by art_agents."""
+
+
+class RolloutFailed(ArtError):
+    """A rollout raised; the partial trajectory rides along so the group keeps the evidence."""
+
+    def __init__(self, trajectory: Trajectory, cause: BaseException) -> None:
+        super().__init__(f"rollout failed: {type(cause).__name__}: {cause}")
+        self.trajectory = trajectory
+        self.cause = cause
+
+
+class TooManyExceptions(ArtError):
+    """More rollouts failed than `max_exceptions` allows."""
+
+
+class ServerError(ArtError):
+    """The art-agents server answered with an error; `status` and `detail` come from its body."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"server answered {status}: {detail}")
+        self.status = status
+        self.detail = detail

@@ -1,0 +1,89 @@
+"""Run many rollouts at once with a progress bar, a failure budget and a per-group hook."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Awaitable, Callable, Iterable
+
+from art_agents.errors import TooManyExceptions
+from art_agents.trajectory import RolloutException, Trajectory, TrajectoryGroup
+
+AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None]]
+
+
+def _exception_budget(max_exceptions: int | float, total: int) -> int:
+    """`max_exceptions` as a count (int) or a fraction of all rollouts (float in [0, 1))."""
+    if isinstance(max_exceptions, bool) or max_exceptions < 0:
+        raise ValueError(f"max_exceptions must be a count >= 0 or a fraction in [0, 1); got {max_exceptions!r}")
+    if isinstance(max_exceptions, float) and max_exceptions < 1:
+        return math.floor(max_exceptions * total)
+    return int(max_exceptions)
+
+
+class _Progress:
+    def __init__(self, total: int, desc: str | None) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc=desc or "gather", unit="rollout", disable=desc is False)  # type: ignore[comparison-overlap]
+        self.rewards: list[float] = []
+        self.exceptions = 0
+
+    def update(self, group: TrajectoryGroup, rollouts: int) -> None:
+        self.rewards.extend(group.rewards())
+        self.exceptions += len(group.exceptions)
+        reward = sum(self.rewards) / len(self.rewards) if self.rewards else float("nan")
+        self.bar.set_postfix(reward=f"{reward:.3f}", exceptions=self.exceptions, refresh=False)
+        self.bar.update(rollouts)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+async def gather_trajectory_groups(
+    groups: Iterable[TrajectoryGroup | Awaitable[TrajectoryGroup]],
+    *,
+    pbar_desc: str | None = "gather",
+    max_exceptions: int | float = 0,
+    after_each: AfterEach | None = None,
+) -> list[TrajectoryGroup]:
+    """Finish every group concurrently; failed rollouts are counted, not fatal, up to a budget.
+
+    `after_each` runs on each finished group (scoring it with RULER, say) and may return a
+    replacement, or None to drop the group. Groups keep their input order.
+    """
+    groups = [g if isinstance(g, TrajectoryGroup) else await g for g in groups]
+    total = sum(len(g.trajectories) + g.pending for g in groups)
+    budget = _exception_budget(max_exceptions, total)
+    progress = _Progress(total, pbar_desc)
+
+    async def finish(group: TrajectoryGroup) -> TrajectoryGroup | None:
+        rollouts = len(group.trajectories) + group.pending
+        group = await group
+        progress.update(group, rollouts)
+        if progress.exceptions > budget:
+            first = next(iter(group.exceptions), None)
+            raise TooManyExceptions(
+                f"{progress.exceptions} rollouts raised, more than max_exceptions={max_exceptions!r} allows "
+                f"(of {total}); first: {first.type + ': ' + first.message if first else 'see earlier groups'}. "
+                "Fix the rollout, or raise max_exceptions to tolerate failures"
+            )
+        return await after_each(group) if after_each is not None else group
+
+    try:
+        finished = await asyncio.gather(*(finish(g) for g in groups))
+    finally:
+        progress.close()
+    return [g for g in finished if g is not None]
+
+
+async def gather_trajectories(
+    trajectories: Iterable[Awaitable[Trajectory]],
+    *,
+    pbar_desc: str | None = "gather",
+    max_exceptions: int | float = 0,
+) -> list[Trajectory | RolloutException]:
+    """Run ungrouped rollouts concurrently; failures come back in place as RolloutException."""
+    groups = [TrajectoryGroup([t]) for t in trajectories]
+    finished = await gather_trajectory_groups(groups, pbar_desc=pbar_desc, max_exceptions=max_exceptions)
+    return [(g.trajectories or g.exceptions)[0] for g in finished]

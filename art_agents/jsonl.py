@@ -1,0 +1,46 @@
+"""Trajectory groups on disk: one JSON object per line, versioned, written atomically."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from art_agents.trajectory import SCHEMA_VERSION, TrajectoryGroup
+
+
+def write_groups(path: str | Path, groups: Iterable[TrajectoryGroup]) -> Path:
+    """Write groups to `path` via a temp file and a rename, so a crash never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for group in groups:
+                handle.write(group.model_dump_json() + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_groups(path: str | Path) -> list[TrajectoryGroup]:
+    """Read groups back; a line from a newer schema or a malformed line is named in the error."""
+    groups: list[TrajectoryGroup] = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                group = TrajectoryGroup.model_validate_json(line)
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not a valid trajectory group: {exc}") from exc
+            if group.schema_version > SCHEMA_VERSION:
+                raise ValueError(
+                    f"{path}:{number}: schema_version {group.schema_version} is newer than this art-agents "
+                    f"understands ({SCHEMA_VERSION}); upgrade art-agents"
+                )
+            groups.append(group)
+    return groups

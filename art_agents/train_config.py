@@ -1,0 +1,78 @@
+"""Every training and model knob in one place, with its default and why.
+
+The server logs the full `TrainConfig` with every step (`history.jsonl`), so a result can always be
+traced to the settings that produced it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+LossType = Literal["grpo", "dr_grpo", "dapo"]
+
+
+class TrainConfig(BaseModel):
+    """GRPO settings for one `train` call. Defaults suit LoRA fine-tuning of small chat models."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float = Field(5e-5, gt=0, description="AdamW learning rate for the LoRA weights.")
+    loss: LossType = Field(
+        "grpo",
+        description=(
+            "`grpo`: token losses averaged per sequence, then over sequences (DeepSeekMath). "
+            "`dr_grpo`: token losses summed and divided by a constant (`max_completion_tokens`), no "
+            "length bias (Dr. GRPO). `dapo`: token losses averaged over all tokens of the batch (DAPO)."
+        ),
+    )
+    epsilon: float = Field(0.2, ge=0, description="Lower clip range of the importance ratio: 1 - epsilon.")
+    epsilon_high: float | None = Field(
+        None, ge=0, description="Upper clip range: 1 + epsilon_high. None means `epsilon` (DAPO uses 0.28)."
+    )
+    beta: float = Field(0.0, ge=0, description="KL penalty against the base model (k3 estimator); 0 skips it.")
+    scale_rewards: bool = Field(True, description="Divide advantages by the group's reward std (GRPO); off for Dr. GRPO.")
+    num_iterations: int = Field(1, ge=1, description="Optimizer passes over the batch (mu in the GRPO paper).")
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass; gradients accumulate.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    max_completion_tokens: int = Field(
+        1024, ge=1, description="Normaliser of `dr_grpo` (the generation budget), as TRL's max_completion_length."
+    )
+    min_group_std: float = Field(1e-6, ge=0, description="Groups whose reward std is at or below this are skipped.")
+
+    @property
+    def clip_high(self) -> float:
+        return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+
+class ModelConfig(BaseModel):
+    """How the server loads and adapts a base model; fixed at registration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: Literal["transformers", "vllm", "scripted"] = Field(
+        "transformers", description="`transformers` runs everywhere; `vllm` needs a GPU; `scripted` is for tests."
+    )
+    lora_rank: int = Field(8, ge=1, description="LoRA rank r.")
+    lora_alpha: int = Field(16, ge=1, description="LoRA scaling alpha.")
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="Modules that get LoRA adapters."
+    )
+    gguf_file: str | None = Field(None, description="GGUF file inside `base_model` (a folder), loaded by transformers.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bf16 on GPU, fp32 on CPU.")
+    device: str = Field("auto", description="auto: cuda when available, else cpu.")
+    max_batch_size: int = Field(16, ge=1, description="Concurrent requests the engine batches into one generate call.")
+    default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request gives none.")
+    seed: int = Field(0, description="Seed for LoRA initialisation.")
+    scripted_responses: list[str] | None = Field(
+        None, description="Texts the `scripted` engine answers in order (tests only)."
+    )
+
+    @model_validator(mode="after")
+    def _scripted_needs_texts(self) -> ModelConfig:
+        if self.engine == "scripted" and self.scripted_responses is None:
+            raise ValueError("engine 'scripted' needs scripted_responses")
+        return self

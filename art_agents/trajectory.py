@@ -1,0 +1,198 @@
+"""Trajectories and groups: what one rollout did, and the rollouts compared with each other."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+import traceback
+import uuid
+from collections.abc import Awaitable, Generator, Iterable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from art_agents.errors import RolloutFailed
+from art_agents.messages import ChatMessage, as_messages
+
+SCHEMA_VERSION = 1
+
+
+class Turn(BaseModel):
+    """One model call. The request is `histories[history][:index]` and the response is at `index`."""
+
+    history: int = Field(0, description="0 is `messages`; k > 0 is `additional_histories[k - 1]`.")
+    index: int = Field(description="Position of the response message in that history.")
+    completion_id: str | None = Field(None, description="Id the server answered; the key of its token record.")
+    model: str | None = Field(None, description="Model name the server answered, `name@step` for ours.")
+    policy_step: int | None = Field(None, description="Checkpoint step that sampled this turn.")
+    span: str | None = Field(None, description="Graph node or tool context that made the call.")
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+
+
+class History(BaseModel):
+    """A separate conversation inside one rollout (another agent, another system prompt)."""
+
+    messages: list[ChatMessage] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _validate_messages(cls, value: Any) -> list[ChatMessage]:
+        return as_messages(list(value))
+
+
+class Trajectory(History):
+    """One rollout: its main history, any additional ones, every model call, and its reward."""
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    schema_version: int = SCHEMA_VERSION
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex)
+    additional_histories: list[History] = Field(default_factory=list)
+    turns: list[Turn] = Field(default_factory=list)
+    reward: float = 0.0
+    metrics: dict[str, float | int | bool] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    logs: list[str] = Field(default_factory=list)
+    failed: bool = False
+    started_at: float = Field(default_factory=time.time)
+    finished_at: float | None = None
+
+    @field_validator("reward")
+    @classmethod
+    def _finite_reward(cls, value: float) -> float:
+        if not math.isfinite(value):
+            raise ValueError(f"reward must be a finite number, got {value}; check the reward function for 0/0 or inf")
+        return value
+
+    @field_validator("metrics")
+    @classmethod
+    def _finite_metrics(cls, value: dict[str, float | int | bool]) -> dict[str, float | int | bool]:
+        for key, number in value.items():
+            if isinstance(number, float) and not math.isfinite(number):
+                raise ValueError(f"metric {key!r} is {number}; metrics must be finite numbers")
+        return value
+
+    @model_validator(mode="after")
+    def _turns_point_at_assistant_messages(self) -> Trajectory:
+        for position, turn in enumerate(self.turns):
+            messages = self.history_messages(turn.history)
+            if not 0 <= turn.index < len(messages) or messages[turn.index].role != "assistant":
+                raise ValueError(
+                    f"turns[{position}] points at history {turn.history} message {turn.index}, "
+                    "which is not an assistant message; turns must reference the response they record"
+                )
+        return self
+
+    def history_messages(self, history: int) -> list[ChatMessage]:
+        if history == 0:
+            return self.messages
+        if not 1 <= history <= len(self.additional_histories):
+            raise ValueError(f"history {history} does not exist in trajectory {self.id}")
+        return self.additional_histories[history - 1].messages
+
+    def histories(self) -> list[History]:
+        return [History(messages=self.messages, tools=self.tools), *self.additional_histories]
+
+    def log(self, message: str) -> None:
+        self.logs.append(message)
+
+    def finish(self) -> Trajectory:
+        """Stamp the end time and re-validate what users may have appended to lists by hand."""
+        self.finished_at = time.time()
+        Trajectory.model_validate(self.model_dump())
+        return self
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.finished_at is None else self.finished_at - self.started_at
+
+
+class RolloutException(BaseModel):
+    """A failed rollout, kept with the group so failures are counted and inspectable."""
+
+    type: str
+    message: str
+    traceback: str
+    trajectory: Trajectory | None = None
+
+    @classmethod
+    def from_exception(cls, exc: BaseException) -> RolloutException:
+        trajectory = exc.trajectory if isinstance(exc, RolloutFailed) else None
+        cause = exc.cause if isinstance(exc, RolloutFailed) else exc
+        return cls(
+            type=type(cause).__name__,
+            message=str(cause),
+            traceback="".join(traceback.format_exception(cause)),
+            trajectory=trajectory,
+        )
+
+
+TrajectoryLike = Trajectory | Awaitable[Trajectory]
+
+
+class TrajectoryGroup(BaseModel):
+    """Rollouts of the same task; rewards are compared within a group.
+
+    Accepts finished trajectories or awaitables of them (`await group` runs the awaitables);
+    rollouts that raise are kept in `exceptions` instead of sinking the group.
+    """
+
+    schema_version: int = SCHEMA_VERSION
+    trajectories: list[Trajectory] = Field(default_factory=list)
+    exceptions: list[RolloutException] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    _pending: list[Awaitable[Trajectory]] = PrivateAttr(default_factory=list)
+
+    def __init__(self, trajectories: Iterable[TrajectoryLike] = (), **data: Any) -> None:
+        done: list[Trajectory] = []
+        pending: list[Awaitable[Trajectory]] = []
+        for item in trajectories:
+            (done if isinstance(item, (Trajectory, dict)) else pending).append(item)  # type: ignore[arg-type]
+        super().__init__(trajectories=done, **data)
+        self._pending = pending
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def __await__(self) -> Generator[Any, None, TrajectoryGroup]:
+        return self._resolve().__await__()
+
+    async def _resolve(self) -> TrajectoryGroup:
+        pending, self._pending = self._pending, []
+        results = await asyncio.gather(*(_as_trajectory(item) for item in pending), return_exceptions=True)
+        for result in results:
+            if isinstance(result, Trajectory):
+                self.trajectories.append(result)
+            elif isinstance(result, Exception):
+                self.exceptions.append(RolloutException.from_exception(result))
+            else:
+                raise result  # KeyboardInterrupt, CancelledError: never swallowed
+        return self
+
+    def rewards(self) -> list[float]:
+        return [t.reward for t in self.trajectories]
+
+    def validate_for_training(self) -> None:
+        """Raise a clear error for a group that cannot be trained on."""
+        if self._pending:
+            raise ValueError("group still has unfinished rollouts; `await` it (or use gather_trajectory_groups) first")
+        if not self.trajectories:
+            raise ValueError(
+                "trajectory group has no trajectories"
+                + (f" (all {len(self.exceptions)} rollouts raised)" if self.exceptions else "")
+                + "; drop empty groups before training"
+            )
+        for trajectory in self.trajectories:
+            Trajectory.model_validate(trajectory.model_dump())
+
+
+async def _as_trajectory(item: Awaitable[Trajectory]) -> Trajectory:
+    result = await item
+    if not isinstance(result, Trajectory):
+        raise TypeError(f"a rollout returned {type(result).__name__}, expected a Trajectory")
+    return result

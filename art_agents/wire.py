@@ -1,0 +1,68 @@
+"""Bodies of the versioned JSON routes, shared by the client and the server."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from art_agents.train_config import ModelConfig, TrainConfig
+from art_agents.trajectory import TrajectoryGroup
+
+API_PREFIX = "/v1/art"
+
+
+class RegisterRequest(BaseModel):
+    name: str
+    project: str = "default"
+    base_model: str
+    config: ModelConfig = Field(default_factory=ModelConfig)
+
+
+class ModelInfo(BaseModel):
+    name: str
+    project: str
+    base_model: str
+    step: int
+    config: ModelConfig
+
+
+class StepInfo(BaseModel):
+    step: int
+
+
+class CheckpointInfo(BaseModel):
+    step: int
+    path: str
+    created_at: float
+
+
+class DeleteCheckpointsRequest(BaseModel):
+    steps: list[int] | None = Field(None, description="Steps to delete; None keeps only the latest (and step 0).")
+
+
+class TrainRequest(BaseModel):
+    groups: list[TrajectoryGroup]
+    config: TrainConfig = Field(default_factory=TrainConfig)
+
+
+class TrainResult(BaseModel):
+    step: int = Field(description="The step now served.")
+    metrics: dict[str, float] = Field(default_factory=dict)
+    config: TrainConfig
+
+
+class TrainEvent(BaseModel):
+    """One NDJSON line of a train response."""
+
+    type: Literal["progress", "result", "error"]
+    done: int = 0
+    total: int = 0
+    metrics: dict[str, float] = Field(default_factory=dict)
+    result: TrainResult | None = None
+    error: str | None = None
+
+
+class ErrorBody(BaseModel):
+    detail: str
+    extra: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Doors into existing agent code: LangGraph graphs, MCP tool sessions, observability."""

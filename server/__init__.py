@@ -1,0 +1,1 @@
+"""The art-agents server: OpenAI-compatible serving of the latest LoRA and GRPO training."""
