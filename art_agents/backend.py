@@ -18,8 +18,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import httpx
-
 from art_agents.errors import ArtError, ServerError
 from art_agents.train_config import TrainConfig
 from art_agents.trajectory import TrajectoryGroup
@@ -35,6 +33,8 @@ from art_agents.wire import (
 )
 
 if TYPE_CHECKING:
+    import httpx
+
     from art_agents.model import TrainableModel
 
 
@@ -47,7 +47,9 @@ class Backend(Protocol):
 
     async def register(self, model: TrainableModel) -> ModelInfo: ...
     async def get_step(self, model: TrainableModel) -> int: ...
-    def train_events(self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig) -> AsyncIterator[TrainEvent]: ...
+    def train_events(
+        self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig
+    ) -> AsyncIterator[TrainEvent]: ...
     async def list_checkpoints(self, model: TrainableModel) -> list[CheckpointInfo]: ...
     async def delete_checkpoints(self, model: TrainableModel, steps: list[int] | None = None) -> list[int]: ...
     async def close(self) -> None: ...
@@ -57,12 +59,16 @@ class RemoteBackend:
     """An art-agents server reached over HTTP (`api_key` is sent as a Bearer token)."""
 
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 600.0) -> None:
+        import httpx  # lazy: httpx pulls in rich and click at import, too slow for `import art_agents`
+
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
         try:
             response = await self._http.request(method, API_PREFIX + path, **kwargs)
         except httpx.TransportError as exc:
@@ -80,10 +86,14 @@ class RemoteBackend:
     async def train_events(
         self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[TrainEvent]:
+        import httpx
+
         body = TrainRequest(groups=groups, config=config).model_dump_json()
         url = f"{API_PREFIX}/models/{model.name}/train"
         try:
-            async with self._http.stream("POST", url, content=body, headers={"content-type": "application/json"}) as response:
+            async with self._http.stream(
+                "POST", url, content=body, headers={"content-type": "application/json"}
+            ) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     _raise_for_status(response)
@@ -131,7 +141,9 @@ class LocalBackend(RemoteBackend):
     Logs go to `<art_path>/server.log`.
     """
 
-    def __init__(self, art_path: str | Path = ".art", *, port: int | None = None, startup_timeout: float = 300.0) -> None:
+    def __init__(
+        self, art_path: str | Path = ".art", *, port: int | None = None, startup_timeout: float = 300.0
+    ) -> None:
         self.art_path = Path(art_path).resolve()
         self.port = port or _free_port()
         self.startup_timeout = startup_timeout
@@ -143,12 +155,23 @@ class LocalBackend(RemoteBackend):
             return
         self.art_path.mkdir(parents=True, exist_ok=True)
         log = open(self.art_path / "server.log", "ab")  # noqa: SIM115 - handed to the child process
-        command = [sys.executable, "-m", "art_agents", "serve", "--art-path", str(self.art_path), "--port", str(self.port)]
+        command = [
+            sys.executable,
+            "-m",
+            "art_agents",
+            "serve",
+            "--art-path",
+            str(self.art_path),
+            "--port",
+            str(self.port),
+        ]
         self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
         log.close()
         await self._wait_healthy()
 
     async def _wait_healthy(self) -> None:
+        import httpx
+
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self._process is not None and self._process.poll() is not None:
@@ -162,7 +185,9 @@ class LocalBackend(RemoteBackend):
             except httpx.TransportError:
                 pass
             await asyncio.sleep(0.2)
-        raise ArtError(f"the local server did not answer /health within {self.startup_timeout:.0f}s; see {self.art_path / 'server.log'}")
+        raise ArtError(
+            f"the local server did not answer /health within {self.startup_timeout:.0f}s; see {self.art_path / 'server.log'}"
+        )
 
     async def register(self, model: TrainableModel) -> ModelInfo:
         await self.start()

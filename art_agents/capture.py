@@ -98,13 +98,14 @@ def rollout(target: Any = None, /, **metadata: Any) -> Any:
     return Rollout(target, **metadata)
 
 
-def _decorate(func: Callable[P, Awaitable[Any]]) -> Callable[P, Awaitable[Trajectory]]:
+def _decorate(func: Callable[P, Awaitable[Any]], scope: Callable[[], Any] = Rollout) -> Callable[P, Awaitable[Trajectory]]:
+    """`scope` opens a fresh capture scope per call (integrations add their own capture to it)."""
     if not inspect.iscoroutinefunction(func):
         raise TypeError(f"@rollout decorates async functions; {func.__qualname__} is not one")
 
     @functools.wraps(func)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> Trajectory:
-        async with Rollout() as trajectory:
+        async with scope() as trajectory:
             result = await func(*args, **kwargs)
             if isinstance(result, Trajectory):
                 return result
@@ -143,7 +144,9 @@ def record_completion(
     if trajectory is None:
         return None
     request = as_messages(list(request_messages))
-    response = response_message if isinstance(response_message, ChatMessage) else ChatMessage.model_validate(response_message)
+    response = (
+        response_message if isinstance(response_message, ChatMessage) else ChatMessage.model_validate(response_message)
+    )
     if completion_id is not None and any(t.completion_id == completion_id for t in trajectory.turns):
         return None  # seen through two paths (transport and callback): record once
     history = _history_for(trajectory, request, tools)
@@ -169,14 +172,22 @@ def record_completion(
     return turn
 
 
-def record_tool_result(tool_call_id: str, content: str, *, name: str | None = None) -> None:
-    """Append a tool result to the main history when the agent's next request has not yet done so."""
-    trajectory = _current.get()
+def record_tool_result(
+    tool_call_id: str, content: str, *, name: str | None = None, trajectory: Trajectory | None = None
+) -> None:
+    """Append a tool result when the agent's next request has not yet done so.
+
+    It goes to the history whose assistant message made the call (the main one if none did).
+    """
+    trajectory = trajectory if trajectory is not None else _current.get()
     if trajectory is None:
         return
-    if any(m.role == "tool" and m.tool_call_id == tool_call_id for m in trajectory.messages):
+    histories = [trajectory.messages, *(h.messages for h in trajectory.additional_histories)]
+    calling = (m for m in histories if any(c.id == tool_call_id for a in m for c in a.tool_calls or []))
+    messages = next(calling, trajectory.messages)
+    if any(m.role == "tool" and m.tool_call_id == tool_call_id for m in messages):
         return
-    trajectory.messages.append(ChatMessage(role="tool", content=content, tool_call_id=tool_call_id, name=name))
+    messages.append(ChatMessage(role="tool", content=content, tool_call_id=tool_call_id, name=name))
 
 
 def _history_for(trajectory: Trajectory, request: list[ChatMessage], tools: list[dict[str, Any]] | None) -> int:

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from art_agents.schema import Schema
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 ROLES: tuple[str, ...] = ("system", "developer", "user", "assistant", "tool")
 
 
-class ToolCallFunction(BaseModel):
+class ToolCallFunction(Schema):
     name: str
     arguments: str = "{}"
 
@@ -26,7 +28,7 @@ class ToolCallFunction(BaseModel):
         return value if isinstance(value, str) else json.dumps(value)
 
 
-class ToolCall(BaseModel):
+class ToolCall(Schema):
     model_config = ConfigDict(extra="allow")
 
     id: str
@@ -34,7 +36,7 @@ class ToolCall(BaseModel):
     function: ToolCallFunction
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(Schema):
     """One OpenAI-format message; unknown extra keys are kept so nothing a client sent is lost."""
 
     model_config = ConfigDict(extra="allow")

@@ -5,12 +5,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-import httpx
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from art_agents.errors import ArtError
+from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig
-from art_agents.transport import CaptureAsyncTransport, CaptureTransport
 from art_agents.wire import TrainResult
 
 if TYPE_CHECKING:
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
-class Model(BaseModel):
+class Model(Schema):
     """A model behind any OpenAI-compatible endpoint, e.g. a prompted baseline for comparison.
 
     Rollout code takes a `Model` and calls `openai_client()`; the same code then runs against a
@@ -43,11 +42,16 @@ class Model(BaseModel):
     def openai_client(self, *, sync: Literal[True], **kwargs: Any) -> OpenAI: ...
     def openai_client(self, *, sync: bool = False, **kwargs: Any) -> AsyncOpenAI | OpenAI:
         """An OpenAI SDK client whose chat completions are captured inside rollouts."""
+        import httpx
         import openai
+
+        from art_agents.transport import CaptureAsyncTransport, CaptureTransport
 
         base_url, api_key = self._endpoint()
         if sync:
-            return openai.OpenAI(base_url=base_url, api_key=api_key, http_client=httpx.Client(transport=CaptureTransport()), **kwargs)
+            return openai.OpenAI(
+                base_url=base_url, api_key=api_key, http_client=httpx.Client(transport=CaptureTransport()), **kwargs
+            )
         http_client = httpx.AsyncClient(transport=CaptureAsyncTransport())
         return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client, **kwargs)
 
@@ -118,7 +122,9 @@ class TrainableModel(Model):
         with tqdm(desc=f"train {self.name}", unit="seq", disable=not progress, leave=False) as bar:
             async for event in self.backend.train_events(self, groups, config):
                 if event.type == "error":
-                    raise ArtError(f"training failed on the server: {event.error}; the last good checkpoint keeps serving")
+                    raise ArtError(
+                        f"training failed on the server: {event.error}; the last good checkpoint keeps serving"
+                    )
                 if event.type == "progress":
                     bar.total = event.total
                     bar.n = event.done

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+
+from art_agents.schema import Schema
 
 LossType = Literal["grpo", "dr_grpo", "dapo"]
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(Schema):
     """GRPO settings for one `train` call. Defaults suit LoRA fine-tuning of small chat models."""
 
     model_config = ConfigDict(extra="forbid")
@@ -32,7 +34,9 @@ class TrainConfig(BaseModel):
         None, ge=0, description="Upper clip range: 1 + epsilon_high. None means `epsilon` (DAPO uses 0.28)."
     )
     beta: float = Field(0.0, ge=0, description="KL penalty against the base model (k3 estimator); 0 skips it.")
-    scale_rewards: bool = Field(True, description="Divide advantages by the group's reward std (GRPO); off for Dr. GRPO.")
+    scale_rewards: bool = Field(
+        True, description="Divide advantages by the group's reward std (GRPO); off for Dr. GRPO."
+    )
     num_iterations: int = Field(1, ge=1, description="Optimizer passes over the batch (mu in the GRPO paper).")
     micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass; gradients accumulate.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
@@ -47,7 +51,7 @@ class TrainConfig(BaseModel):
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
 
 
-class ModelConfig(BaseModel):
+class ModelConfig(Schema):
     """How the server loads and adapts a base model; fixed at registration."""
 
     model_config = ConfigDict(extra="forbid")
@@ -62,7 +66,9 @@ class ModelConfig(BaseModel):
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="Modules that get LoRA adapters."
     )
     gguf_file: str | None = Field(None, description="GGUF file inside `base_model` (a folder), loaded by transformers.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto: bf16 on GPU, fp32 on CPU.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto: bf16 on GPU, fp32 on CPU."
+    )
     device: str = Field("auto", description="auto: cuda when available, else cpu.")
     max_batch_size: int = Field(16, ge=1, description="Concurrent requests the engine batches into one generate call.")
     default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request gives none.")

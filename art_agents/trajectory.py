@@ -10,15 +10,16 @@ import uuid
 from collections.abc import Awaitable, Generator, Iterable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from art_agents.errors import RolloutFailed
 from art_agents.messages import ChatMessage, as_messages
+from art_agents.schema import Schema
 
 SCHEMA_VERSION = 1
 
 
-class Turn(BaseModel):
+class Turn(Schema):
     """One model call. The request is `histories[history][:index]` and the response is at `index`."""
 
     history: int = Field(0, description="0 is `messages`; k > 0 is `additional_histories[k - 1]`.")
@@ -32,7 +33,7 @@ class Turn(BaseModel):
     usage: dict[str, Any] | None = None
 
 
-class History(BaseModel):
+class History(Schema):
     """A separate conversation inside one rollout (another agent, another system prompt)."""
 
     messages: list[ChatMessage] = Field(default_factory=list)
@@ -111,7 +112,7 @@ class Trajectory(History):
         return None if self.finished_at is None else self.finished_at - self.started_at
 
 
-class RolloutException(BaseModel):
+class RolloutException(Schema):
     """A failed rollout, kept with the group so failures are counted and inspectable."""
 
     type: str
@@ -134,7 +135,7 @@ class RolloutException(BaseModel):
 TrajectoryLike = Trajectory | Awaitable[Trajectory]
 
 
-class TrajectoryGroup(BaseModel):
+class TrajectoryGroup(Schema):
     """Rollouts of the same task; rewards are compared within a group.
 
     Accepts finished trajectories or awaitables of them (`await group` runs the awaitables);

@@ -54,7 +54,12 @@ class _Call:
         """Record once, when the stream ends; clients may stop reading at `[DONE]` or close early."""
         if stream.id is not None and not self.recorded:
             self.recorded = True
-            summary = {"id": stream.id, "model": stream.model, "finish_reason": stream.finish_reason, "usage": stream.usage}
+            summary = {
+                "id": stream.id,
+                "model": stream.model,
+                "finish_reason": stream.finish_reason,
+                "usage": stream.usage,
+            }
             self.record(stream.message(), summary)
 
 

@@ -4,22 +4,23 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.trajectory import TrajectoryGroup
 
 API_PREFIX = "/v1/art"
 
 
-class RegisterRequest(BaseModel):
+class RegisterRequest(Schema):
     name: str
     project: str = "default"
     base_model: str
     config: ModelConfig = Field(default_factory=ModelConfig)
 
 
-class ModelInfo(BaseModel):
+class ModelInfo(Schema):
     name: str
     project: str
     base_model: str
@@ -27,32 +28,32 @@ class ModelInfo(BaseModel):
     config: ModelConfig
 
 
-class StepInfo(BaseModel):
+class StepInfo(Schema):
     step: int
 
 
-class CheckpointInfo(BaseModel):
+class CheckpointInfo(Schema):
     step: int
     path: str
     created_at: float
 
 
-class DeleteCheckpointsRequest(BaseModel):
+class DeleteCheckpointsRequest(Schema):
     steps: list[int] | None = Field(None, description="Steps to delete; None keeps only the latest (and step 0).")
 
 
-class TrainRequest(BaseModel):
+class TrainRequest(Schema):
     groups: list[TrajectoryGroup]
     config: TrainConfig = Field(default_factory=TrainConfig)
 
 
-class TrainResult(BaseModel):
+class TrainResult(Schema):
     step: int = Field(description="The step now served.")
     metrics: dict[str, float] = Field(default_factory=dict)
     config: TrainConfig
 
 
-class TrainEvent(BaseModel):
+class TrainEvent(Schema):
     """One NDJSON line of a train response."""
 
     type: Literal["progress", "result", "error"]
@@ -63,6 +64,6 @@ class TrainEvent(BaseModel):
     error: str | None = None
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(Schema):
     detail: str
     extra: dict[str, Any] = Field(default_factory=dict)

@@ -15,6 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from scripted_openai import ScriptedOpenAI  # noqa: E402
+from server_fixtures import server_url, tiny_model_path  # noqa: E402, F401
 
 
 @pytest.fixture

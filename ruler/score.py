@@ -1,0 +1,227 @@
+"""RULER scoring: judge a group relative to itself, optionally over several shuffled orders.
+
+Judges favour positions (first or last shown). `passes=k` shows the group in k orders (as given,
+reversed, then seeded shuffles, so reruns hit the cache), averages the scores, and reports how
+well the passes agree (mean Kendall tau-b between the passes' scores) so a judge that mostly
+reacts to position is visible in the metrics instead of silently steering training.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import os
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel
+
+from art_agents.ruler.cache import JudgeCache, default_cache_dir
+from art_agents.ruler.judge import JudgeCall, judge
+from art_agents.ruler.prompt import DEFAULT_RUBRIC, Messages, Tools, render_judge_messages, trajectory_ids
+from art_agents.ruler.prompt import response_format as answer_schema
+from art_agents.trajectory import TrajectoryGroup
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_JUDGE = "openai/o4-mini"
+DEFAULT_CACHE_DIR = default_cache_dir()
+
+
+def pass_orders(count: int, passes: int) -> list[list[int]]:
+    """Presentation orders: as given, reversed, then shuffles seeded by the pass number."""
+    if passes < 1:
+        raise ValueError(f"passes must be at least 1, got {passes}")
+    orders = [list(range(count)), list(reversed(range(count)))][:passes]
+    for index in range(2, passes):
+        order = list(range(count))
+        random.Random(index).shuffle(order)
+        orders.append(order)
+    return orders
+
+
+def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:
+    """Kendall tau-b of two score lists: 1 same ranking, -1 reversed; ties handled.
+
+    When one list is all ties there is no ranking to compare: 1.0 if both are, else 0.0.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"score lists differ in length ({len(a)} vs {len(b)})")
+    concordant = discordant = only_a_tied = only_b_tied = 0
+    for i, j in itertools.combinations(range(len(a)), 2):
+        da, db = (a[i] > a[j]) - (a[i] < a[j]), (b[i] > b[j]) - (b[i] < b[j])
+        if da == 0 and db == 0:
+            continue
+        if da == 0:
+            only_a_tied += 1
+        elif db == 0:
+            only_b_tied += 1
+        elif da == db:
+            concordant += 1
+        else:
+            discordant += 1
+    denominator = math.sqrt((concordant + discordant + only_a_tied) * (concordant + discordant + only_b_tied))
+    if denominator == 0:
+        return 1.0 if only_a_tied == only_b_tied == 0 else 0.0
+    return (concordant - discordant) / denominator
+
+
+class RulerResult(BaseModel):
+    """Scores in the order of the conversations given, with what each pass said and what it cost."""
+
+    ids: list[str]
+    scores: list[float]
+    pass_scores: list[list[float]]
+    explanations: list[list[str]]
+    agreement: float | None = None
+    calls: list[JudgeCall]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(c.prompt_tokens for c in self.calls)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.completion_tokens for c in self.calls)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(c.cost_usd for c in self.calls)
+
+    @property
+    def cost_known(self) -> bool:
+        """False when any paid call's model is missing from LiteLLM's price map (its cost counts as 0)."""
+        return all(c.cost_known for c in self.calls)
+
+
+async def ruler(
+    message_lists: Sequence[Messages],
+    judge_model: str = DEFAULT_JUDGE,
+    rubric: str = DEFAULT_RUBRIC,
+    *,
+    tools: Sequence[Tools] | None = None,
+    passes: int = 1,
+    max_attempts: int = 3,
+    cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
+    **litellm_params: Any,
+) -> RulerResult:
+    """Score conversations relative to each other with one judge call per pass.
+
+    `judge_model` is any LiteLLM model string; `litellm_params` (api_base, api_key, temperature,
+    timeout...) go to `litellm.acompletion` as given; `response_format=None` sends no JSON schema,
+    for endpoints that reject one (answers are validated either way). `cache_dir=None` disables the
+    cache.
+    """
+    if not message_lists:
+        raise ValueError("ruler needs at least one conversation to score")
+    ids = trajectory_ids(len(message_lists))
+    answer_format = litellm_params.pop("response_format", answer_schema(ids))
+    cache = JudgeCache(cache_dir) if cache_dir is not None else None
+
+    async def one_pass(pass_index: int, order: list[int]) -> Any:
+        messages = render_judge_messages(message_lists, ids, rubric, tools=tools, order=order)
+        judgement = await judge(
+            messages,
+            ids,
+            judge_model,
+            rubric,
+            answer_format,
+            max_attempts=max_attempts,
+            cache=cache,
+            litellm_params=litellm_params,
+        )
+        for call in judgement.calls:
+            call.pass_index = pass_index
+        return judgement
+
+    async with asyncio.TaskGroup() as tasks:  # one failed pass cancels the others
+        running = [tasks.create_task(one_pass(i, order)) for i, order in enumerate(pass_orders(len(ids), passes))]
+    judgements = [task.result() for task in running]
+
+    pass_scores = [[j.scores[i].score for i in ids] for j in judgements]
+    agreements = [kendall_tau(a, b) for a, b in itertools.combinations(pass_scores, 2)]
+    return RulerResult(
+        ids=ids,
+        scores=[sum(column) / len(column) for column in zip(*pass_scores, strict=True)],
+        pass_scores=pass_scores,
+        explanations=[[j.scores[i].explanation for j in judgements] for i in ids],
+        agreement=sum(agreements) / len(agreements) if agreements and len(ids) > 1 else None,
+        calls=[call for j in judgements for call in j.calls],
+    )
+
+
+async def ruler_score_group(
+    group: TrajectoryGroup,
+    judge_model: str = DEFAULT_JUDGE,
+    rubric: str = DEFAULT_RUBRIC,
+    *,
+    passes: int = 1,
+    swallow_exceptions: bool = False,
+    max_attempts: int = 3,
+    cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
+    **extra_litellm_params: Any,
+) -> TrajectoryGroup | None:
+    """A new group whose rewards are the judge's scores; usable as `after_each` in a gather.
+
+    The original reward is kept in `metrics["independent_reward"]`, the score in
+    `metrics["ruler_score"]`, the judge's explanation in `logs`. Judge cost and tokens are in
+    `metadata["ruler"]` (per call) and as per-trajectory shares in metrics (a group's shares sum to
+    its total). With `swallow_exceptions=True` a group the judge cannot score is dropped (None) and
+    logged, instead of raising. Only the main history of each trajectory is shown to the judge.
+    """
+    if group.pending:
+        raise ValueError("group still has unfinished rollouts; `await` it (or score it in gather's after_each) first")
+    if not group.trajectories:
+        return group.model_copy(deep=True)
+    try:
+        result = await ruler(
+            [t.messages for t in group.trajectories],
+            judge_model,
+            rubric,
+            tools=[t.tools for t in group.trajectories],
+            passes=passes,
+            max_attempts=max_attempts,
+            cache_dir=cache_dir,
+            **extra_litellm_params,
+        )
+    except Exception as exc:
+        if not swallow_exceptions:
+            raise
+        logger.warning("RULER dropped a group of %d trajectories: %s", len(group.trajectories), exc)
+        return None
+    return _apply(group, result, judge_model)
+
+
+def _apply(group: TrajectoryGroup, result: RulerResult, judge_model: str) -> TrajectoryGroup:
+    scored = group.model_copy(deep=True)
+    count = len(scored.trajectories)
+    passes = len(result.pass_scores)
+    for index, trajectory in enumerate(scored.trajectories):
+        score = result.scores[index]
+        trajectory.metrics.setdefault("independent_reward", trajectory.reward)  # a re-score keeps the first
+        trajectory.metrics["ruler_score"] = score
+        trajectory.metrics["ruler_cost_usd"] = result.cost_usd / count
+        trajectory.metrics["ruler_prompt_tokens"] = result.prompt_tokens / count
+        trajectory.metrics["ruler_completion_tokens"] = result.completion_tokens / count
+        trajectory.metrics["ruler_judge_calls"] = sum(not c.cached for c in result.calls)
+        if result.agreement is not None:
+            trajectory.metrics["ruler_agreement"] = result.agreement
+        for pass_index, explanation in enumerate(result.explanations[index]):
+            label = f" pass {pass_index + 1}/{passes}" if passes > 1 else ""
+            given = result.pass_scores[pass_index][index]
+            trajectory.log(f"RULER ({judge_model}{label}) score {given:.3f}: {explanation}")
+        trajectory.reward = score
+    scored.metadata["ruler"] = {
+        "judge_model": judge_model,
+        "passes": passes,
+        "agreement_kendall_tau": result.agreement,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "cost_usd": result.cost_usd,
+        "cost_known": result.cost_known,
+        "calls": [call.model_dump() for call in result.calls],
+    }
+    return scored

@@ -1,0 +1,171 @@
+"""Checkpoints and history of a model folder, written so a crash never leaves half a step on disk.
+
+Layout: <model_dir>/checkpoints/<step:04d>/ holds the PEFT adapter (save_pretrained), optimizer.pt
+and trainer_state.json. A checkpoint is written into checkpoints/.tmp-<step>-<pid>/ and renamed into
+place, so a step folder either exists complete or not at all; `latest_step` ignores the temp folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from art_agents.wire import CheckpointInfo
+
+TRAINER_STATE = "trainer_state.json"
+OPTIMIZER_STATE = "optimizer.pt"
+
+
+def checkpoint_path(model_dir: str | Path, step: int) -> Path:
+    return Path(model_dir) / "checkpoints" / f"{step:04d}"
+
+
+def save_checkpoint(
+    model_dir: str | Path, step: int, peft_model: Any, optimizer_state: dict | None, trainer_state: dict
+) -> Path:
+    """Write checkpoint `step` atomically (temp folder + rename) and return its folder.
+
+    An existing folder for the same step is replaced (a retried step after a crash that happened
+    between saving and reporting); `created_at` is added to the trainer state.
+    """
+    import torch
+
+    root = Path(model_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temps(root)
+    tmp = root / f".tmp-{step}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        peft_model.save_pretrained(str(tmp))
+        if optimizer_state:
+            torch.save(optimizer_state, tmp / OPTIMIZER_STATE)
+        state = {**trainer_state, "step": step, "created_at": time.time()}
+        (tmp / TRAINER_STATE).write_text(json.dumps(state, indent=2, default=str) + "\n", encoding="utf-8")
+        _fsync_tree(tmp)
+        final = checkpoint_path(model_dir, step)
+        if final.exists():
+            trash = root / f".tmp-replaced-{step}-{os.getpid()}"
+            os.rename(final, trash)
+            os.rename(tmp, final)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.rename(tmp, final)
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _steps(model_dir: str | Path) -> list[int]:
+    root = Path(model_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name) for p in root.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+def latest_step(model_dir: str | Path) -> int | None:
+    """The newest complete checkpoint's step (temp folders of interrupted saves are ignored)."""
+    steps = _steps(model_dir)
+    return steps[-1] if steps else None
+
+
+def list_checkpoints(model_dir: str | Path) -> list[CheckpointInfo]:
+    infos = []
+    for step in _steps(model_dir):
+        path = checkpoint_path(model_dir, step)
+        try:
+            created_at = float(json.loads((path / TRAINER_STATE).read_text(encoding="utf-8"))["created_at"])
+        except (OSError, ValueError, KeyError):
+            created_at = path.stat().st_mtime
+        infos.append(CheckpointInfo(step=step, path=str(path), created_at=created_at))
+    return infos
+
+
+def delete_checkpoints(model_dir: str | Path, steps: list[int] | None = None) -> list[int]:
+    """Delete the given steps (None: all but step 0 and the latest); the latest is never deleted.
+
+    Each folder is renamed away first, so a crash mid-delete never leaves a half checkpoint that
+    looks complete.
+    """
+    existing = _steps(model_dir)
+    if not existing:
+        return []
+    latest = existing[-1]
+    doomed = [s for s in existing if s not in (0, latest)] if steps is None else [s for s in existing if s in set(steps)]
+    deleted = []
+    for step in doomed:
+        if step == latest:
+            continue
+        path = checkpoint_path(model_dir, step)
+        trash = path.parent / f".tmp-delete-{step}-{os.getpid()}"
+        os.rename(path, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        deleted.append(step)
+    return deleted
+
+
+def load_optimizer_state(model_dir: str | Path, step: int) -> dict | None:
+    """The AdamW state saved with checkpoint `step`, or None (step 0, or saved without one)."""
+    import torch
+
+    path = checkpoint_path(model_dir, step) / OPTIMIZER_STATE
+    if not path.exists():
+        return None
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def append_history(model_dir: str | Path, row: dict) -> None:
+    """Add one row to history.jsonl by rewriting it through a temp file (never a torn last line)."""
+    path = Path(model_dir) / "history.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existing = path.read_text(encoding="utf-8") if path.exists() else ""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".history.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(existing + json.dumps(row, default=str) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _remove_stale_temps(root: Path) -> None:
+    """Drop temp folders left by processes that died mid-save (a kill -9 during a checkpoint)."""
+    for path in root.glob(".tmp-*"):
+        pid = path.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _fsync_tree(folder: Path) -> None:
+    for path in folder.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    _fsync_dir(folder)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

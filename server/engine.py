@@ -1,0 +1,286 @@
+"""Engines: generate completions from the served LoRA, with token ids and logprobs.
+
+`TransformersEngine` runs everywhere (CPU or GPU). Concurrent requests queue up and are batched
+into one left-padded decoding loop; each row keeps its own sampling settings and, when seeded, its
+own random generator, so a seeded request samples the same tokens whatever it is batched with.
+The loop is written out (not `model.generate`) because it must return, per token, the logprob the
+trainer will recompute: log-softmax of the raw logits (temperature 1, before top-p), which makes
+the first importance ratio of GRPO exactly the one the sampled tokens imply.
+
+The service pauses the engine while training updates `engine.model` in place; requests that
+arrive meanwhile wait in the queue and are served by the new step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from art_agents.train_config import ModelConfig
+
+
+@dataclass
+class SamplingParams:
+    max_tokens: int
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+
+
+@dataclass
+class Sample:
+    """One choice: the sampled ids, their logprobs, the text they decode to, and why it ended."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: Literal["stop", "length"]
+    step: int
+
+
+class Engine(Protocol):
+    """What the service needs from an engine (the vLLM engine implements the same)."""
+
+    tokenizer: Any
+    step: int
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Sample]: ...
+    def load_adapter(self, path: str | Path) -> None: ...
+    def paused(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+    async def close(self) -> None: ...
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    future: asyncio.Future[list[Sample]]
+
+
+def _device(config: ModelConfig) -> str:
+    import torch
+
+    if config.device != "auto":
+        return config.device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _dtype(config: ModelConfig, device: str) -> Any:
+    import torch
+
+    if config.dtype == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    return getattr(torch, config.dtype)
+
+
+def load_peft_model(base_model: str, config: ModelConfig) -> tuple[Any, Any]:
+    """The base model with a fresh LoRA adapter "default" (seeded), and its tokenizer."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    device = _device(config)
+    extra = {"gguf_file": config.gguf_file} if config.gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(base_model, **extra)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=_dtype(config, device), **extra).to(device)
+    lora = LoraConfig(
+        r=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=list(config.target_modules),
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        peft_model = get_peft_model(model, lora)
+    peft_model.eval()
+    return peft_model, tokenizer
+
+
+def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(int(v) for v in value)
+    return ids
+
+
+def truncate_at_stop(text: str, stop: list[str]) -> str | None:
+    """The text before the first stop string, or None when none occurs."""
+    cuts = [text.index(s) for s in stop if s and s in text]
+    return text[: min(cuts)] if cuts else None
+
+
+class TransformersEngine:
+    """Batched sampling from a PEFT model with transformers, on CPU or GPU."""
+
+    def __init__(self, model: Any, tokenizer: Any, config: ModelConfig, *, step: int = 0) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.config = config
+        self.step = step
+        self.device = next(model.parameters()).device
+        self._stop_ids = stop_token_ids(model, tokenizer)
+        self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._stop_ids, default=0)
+        self._queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self._gate = asyncio.Lock()  # held by a running batch or by training
+        self._worker: asyncio.Task[None] | None = None
+
+    @classmethod
+    def load(cls, base_model: str, config: ModelConfig) -> TransformersEngine:
+        model, tokenizer = load_peft_model(base_model, config)
+        return cls(model, tokenizer, config)
+
+    def load_adapter(self, path: str | Path) -> None:
+        """Load a checkpoint's adapter weights into the served adapter (restart, rollback)."""
+        from peft import load_peft_weights, set_peft_model_state_dict
+
+        weights = load_peft_weights(str(path), device=str(self.device))
+        result = set_peft_model_state_dict(self.model, weights, adapter_name="default")
+        unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+        if unexpected:
+            raise ValueError(f"checkpoint {path} does not match this model's LoRA config: unexpected keys {unexpected[:3]}")
+        self.model.eval()
+
+    @contextlib.asynccontextmanager
+    async def paused(self) -> AsyncIterator[None]:
+        """Hold generation (the running batch finishes first); queued requests wait until exit."""
+        async with self._gate:
+            yield
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Sample]:
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._run(), name="art-engine")
+        future: asyncio.Future[list[Sample]] = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Request(list(prompt_ids), params, future))
+        return await future
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+            self._worker = None
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            await asyncio.sleep(0)  # let requests made in the same tick join this batch
+            rows = batch[0].params.n
+            while not self._queue.empty() and rows + self._queue._queue[0].params.n <= self.config.max_batch_size:  # type: ignore[attr-defined]
+                request = self._queue.get_nowait()
+                batch.append(request)
+                rows += request.params.n
+            async with self._gate:
+                try:
+                    results = await asyncio.to_thread(self._generate_batch, batch)
+                except Exception as exc:  # one bad batch fails its requests, not the engine
+                    for request in batch:
+                        if not request.future.done():
+                            request.future.set_exception(exc)
+                    continue
+            for request, samples in zip(batch, results, strict=True):
+                if not request.future.done():
+                    request.future.set_result(samples)
+
+    def _generate_batch(self, batch: list[_Request]) -> list[list[Sample]]:
+        """Sample every choice of every request in one decoding loop (runs in a worker thread)."""
+        import torch
+
+        rows = [(request, index) for request in batch for index in range(request.params.n)]
+        step = self.step
+        generators = []
+        for request, index in rows:
+            generator = torch.Generator(device=self.device)
+            if request.params.seed is not None:
+                generator.manual_seed(request.params.seed + index)
+            else:
+                generator.seed()
+            generators.append(generator)
+        width = max(len(r.prompt_ids) for r, _ in rows)
+        input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, (request, _) in enumerate(rows):
+            input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
+            attention[i, width - len(request.prompt_ids) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        temperature = torch.tensor([[r.params.temperature] for r, _ in rows], device=self.device)
+        top_p = torch.tensor([[r.params.top_p] for r, _ in rows], device=self.device)
+        budget = [r.params.max_tokens for r, _ in rows]
+        out_ids: list[list[int]] = [[] for _ in rows]
+        out_lp: list[list[float]] = [[] for _ in rows]
+        finish: list[str | None] = [None] * len(rows)
+        texts: list[str | None] = [None] * len(rows)
+        past = None
+        step_input = input_ids
+        with torch.inference_mode():
+            while any(f is None for f in finish):
+                output = self.model(
+                    input_ids=step_input, attention_mask=attention, position_ids=positions, past_key_values=past, use_cache=True
+                )
+                past = output.past_key_values
+                logits = output.logits[:, -1, :].float()
+                logprobs = torch.log_softmax(logits, dim=-1)
+                chosen = self._sample(logits, temperature, top_p, generators)
+                for i, token in enumerate(chosen):
+                    if finish[i] is not None:
+                        continue
+                    out_ids[i].append(token)
+                    out_lp[i].append(float(logprobs[i, token]))
+                    finish[i], texts[i] = self._check_finish(token, out_ids[i], rows[i][0].params, budget[i])
+                step_input = torch.tensor([[t] for t in chosen], device=self.device)
+                attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+                positions = positions[:, -1:] + 1
+        samples = [
+            Sample(token_ids=ids, logprobs=lps, text=text or "", finish_reason=reason, step=step)  # type: ignore[arg-type]
+            for ids, lps, text, reason in zip(out_ids, out_lp, texts, finish, strict=True)
+        ]
+        grouped, start = [], 0
+        for request in batch:
+            grouped.append(samples[start : start + request.params.n])
+            start += request.params.n
+        return grouped
+
+    @staticmethod
+    def _sample(logits: Any, temperature: Any, top_p: Any, generators: list[Any]) -> list[int]:
+        import torch
+
+        greedy = logits.argmax(dim=-1)
+        scaled = logits / temperature.clamp(min=1e-5)
+        probs = torch.softmax(scaled, dim=-1)
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        outside = (sorted_probs.cumsum(-1) - sorted_probs) >= top_p  # keeps at least the top token
+        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
+        chosen = []
+        for i, generator in enumerate(generators):
+            if float(temperature[i, 0]) <= 0.0:
+                chosen.append(int(greedy[i]))
+                continue
+            pick = torch.multinomial(sorted_probs[i], 1, generator=generator)
+            chosen.append(int(order[i, pick]))
+        return chosen
+
+    def _check_finish(self, token: int, ids: list[int], params: SamplingParams, budget: int) -> tuple[str | None, str | None]:
+        """(finish_reason, text) once the row is done, else (None, None)."""
+        if token in self._stop_ids:
+            return "stop", self._decode(ids[:-1])
+        if params.stop:
+            text = self._decode(ids)
+            cut = truncate_at_stop(text, params.stop)
+            if cut is not None:
+                return "stop", cut
+        if len(ids) >= budget:
+            return "length", self._decode(ids)
+        return None, None
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)

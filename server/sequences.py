@@ -1,0 +1,173 @@
+"""Training sequences from trajectory groups, built on the tokens the server actually sampled.
+
+A turn's prompt and completion ids come from the token store (keyed by the completion id the server
+answered), so the trainer sees exactly what the sampler saw; only a turn without a completion id is
+re-tokenized through the chat template, and that is counted. Turns merge by tokens, not by messages:
+a turn whose prompt ids start with an earlier sequence's ids (its prompt + completion) joins that
+sequence, the new tool/user tokens in between masked out. Anything else (a history rewritten or
+summarised between calls, a re-tokenization that differs from what was sampled) starts a sequence of
+its own. Only sampled assistant tokens train.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from art_agents.server.token_store import TokenStore
+    from art_agents.trajectory import Trajectory, TrajectoryGroup, Turn
+
+
+class TrainingInputError(ValueError):
+    """Groups that cannot be trained on; the message names the group, trajectory or completion id."""
+
+
+@dataclass
+class TrainSequence:
+    """One forward pass worth of tokens: `mask[i]` says whether `token_ids[i]` was sampled and trains.
+
+    `sampler_logprobs[i]` is the sampler's logprob of token i (NaN where unknown: prompts and
+    re-tokenized turns); it only feeds the sampler-vs-trainer drift metric.
+    """
+
+    token_ids: list[int]
+    mask: list[bool]
+    sampler_logprobs: list[float]
+    advantage: float = 0.0
+    group: int = 0
+    trajectory: int = 0
+    completion_ids: list[str | None] = field(default_factory=list)
+
+    @property
+    def trained_tokens(self) -> int:
+        return sum(self.mask)
+
+    def extend(self, prompt_ids: list[int], completion: list[int], logprobs: list[float]) -> None:
+        """Append a turn whose prompt starts with this sequence's tokens (the new prompt part is masked)."""
+        extra = prompt_ids[len(self.token_ids) :]
+        self.token_ids += extra + completion
+        self.mask += [False] * len(extra) + [True] * len(completion)
+        self.sampler_logprobs += [math.nan] * len(extra) + logprobs
+
+
+@dataclass
+class BuildStats:
+    turns_from_store: int = 0
+    turns_retokenized: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        return {"turns_from_store": float(self.turns_from_store), "turns_retokenized": float(self.turns_retokenized)}
+
+
+@dataclass
+class _TurnTokens:
+    prompt_ids: list[int]
+    completion: list[int]
+    logprobs: list[float]
+    completion_id: str | None
+
+
+def build_sequences(
+    groups: list[TrajectoryGroup],
+    store: TokenStore,
+    tokenizer: Any,
+    advantages: dict[tuple[int, int], float] | None = None,
+    only_groups: set[int] | None = None,
+) -> tuple[list[TrainSequence], BuildStats]:
+    """Sequences for every trajectory of `groups` (or of `only_groups`), each with its advantage.
+
+    `advantages` maps (group index, trajectory index) to the trajectory's advantage; every sequence of
+    a trajectory shares it. Every completion id of every group is checked against the store first, so
+    a bad id fails the whole call before any training.
+    """
+    wanted = [turn.completion_id for group in groups for t in group.trajectories for turn in t.turns]
+    ids = [cid for cid in wanted if cid is not None]
+    records = store.get_many(ids)
+    missing = [cid for cid in dict.fromkeys(ids) if cid not in records]
+    if missing:
+        shown = ", ".join(repr(cid) for cid in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        raise TrainingInputError(
+            f"completion id(s) {shown} are not in this model's token store; train only on completions this server "
+            "sampled for this model (or clear turn.completion_id to have the turn re-tokenized)"
+        )
+    stats = BuildStats()
+    sequences: list[TrainSequence] = []
+    for g, group in enumerate(groups):
+        if only_groups is not None and g not in only_groups:
+            continue
+        for t, trajectory in enumerate(group.trajectories):
+            advantage = 0.0 if advantages is None else advantages[(g, t)]
+            turns = [_turn_tokens(trajectory, turn, records, tokenizer, stats) for turn in trajectory.turns]
+            for merged in merge_turns(turns):
+                merged.advantage, merged.group, merged.trajectory = advantage, g, t
+                sequences.append(merged)
+    return sequences, stats
+
+
+def merge_turns(turns: list[_TurnTokens]) -> list[TrainSequence]:
+    """Merge each turn into the most recent sequence its prompt extends, else start a new one.
+
+    Searching all open sequences (newest first), not just the last, keeps interleaved histories of
+    one rollout (two agents taking turns) merged per history.
+    """
+    sequences: list[TrainSequence] = []
+    for turn in turns:
+        target = next((s for s in reversed(sequences) if _starts_with(turn.prompt_ids, s.token_ids)), None)
+        if target is None:
+            target = TrainSequence(token_ids=[], mask=[], sampler_logprobs=[])
+            sequences.append(target)
+        target.extend(turn.prompt_ids, turn.completion, turn.logprobs)
+        target.completion_ids.append(turn.completion_id)
+    return sequences
+
+
+def _starts_with(ids: list[int], prefix: list[int]) -> bool:
+    return len(ids) >= len(prefix) and ids[: len(prefix)] == prefix
+
+
+def _turn_tokens(
+    trajectory: Trajectory, turn: Turn, records: dict[str, Any], tokenizer: Any, stats: BuildStats
+) -> _TurnTokens:
+    if turn.completion_id is not None:
+        record = records[turn.completion_id]
+        stats.turns_from_store += 1
+        return _TurnTokens(list(record.prompt_ids), list(record.completion_ids), list(record.logprobs), turn.completion_id)
+    stats.turns_retokenized += 1
+    return _retokenize(trajectory, turn, tokenizer)
+
+
+def _retokenize(trajectory: Trajectory, turn: Turn, tokenizer: Any) -> _TurnTokens:
+    """Render the turn through the chat template: the request with a generation prompt, then with the response.
+
+    The completion is what the response adds; when the template rewrites earlier text once the
+    response is present (so the prompt is not a prefix), the shared prefix is the prompt. Tokens the
+    template appends after the end-of-turn token (a newline) are not trained: a sampler stops there.
+    """
+    from art_agents.server.chat_format import render_ids, render_prompt_ids
+
+    history = trajectory.histories()[turn.history]
+    messages = [m.wire() for m in history.messages]
+    prompt = render_prompt_ids(tokenizer, messages[: turn.index], history.tools)
+    full = render_ids(tokenizer, messages[: turn.index + 1], history.tools, add_generation_prompt=False)
+    shared = _common_prefix(prompt, full)
+    completion = full[shared:]
+    end = tokenizer.eos_token_id
+    if end is not None and end in completion:
+        completion = completion[: len(completion) - completion[::-1].index(end)]
+    if not completion:
+        raise TrainingInputError(
+            f"trajectory {trajectory.id}: turn at history {turn.history} message {turn.index} renders to no "
+            "completion tokens through the chat template; give it a completion_id or non-empty content"
+        )
+    return _TurnTokens(full[:shared], completion, [math.nan] * len(completion), None)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n

@@ -1,0 +1,115 @@
+"""The token store: what the server actually sampled, keyed by completion id.
+
+Training uses these exact token ids and sampler logprobs instead of re-tokenizing messages, so
+chat-template drift cannot creep in. SQLite in WAL mode with synchronous=FULL: a row is on disk
+before the HTTP response that names its completion id is sent, and survives a kill -9.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class TokenRecord(BaseModel):
+    completion_id: str
+    model: str
+    policy_step: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float] = Field(description="Sampler logprob of each completion id (temperature 1, no top-p).")
+    created_at: float = Field(default_factory=time.time)
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS tokens (
+    completion_id TEXT PRIMARY KEY,
+    model TEXT NOT NULL,
+    policy_step INTEGER NOT NULL,
+    prompt_ids TEXT NOT NULL,
+    completion_ids TEXT NOT NULL,
+    logprobs TEXT NOT NULL,
+    created_at REAL NOT NULL
+)
+"""
+_COLUMNS = "completion_id, model, policy_step, prompt_ids, completion_ids, logprobs, created_at"
+
+
+class TokenStore:
+    """Thread-safe SQLite store at `path` (usually `<model_dir>/tokens/store.sqlite`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(_SCHEMA)
+
+    def add(self, record: TokenRecord) -> None:
+        self.add_many([record])
+
+    def add_many(self, records: Iterable[TokenRecord]) -> None:
+        """Insert records in one committed transaction (the n choices of one request)."""
+        rows = [
+            (
+                r.completion_id,
+                r.model,
+                r.policy_step,
+                json.dumps(r.prompt_ids),
+                json.dumps(r.completion_ids),
+                json.dumps(r.logprobs),
+                r.created_at,
+            )
+            for r in records
+        ]
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany(f"INSERT INTO tokens ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def get(self, completion_id: str) -> TokenRecord | None:
+        return self.get_many([completion_id]).get(completion_id)
+
+    def get_many(self, ids: Iterable[str]) -> dict[str, TokenRecord]:
+        wanted = list(dict.fromkeys(ids))
+        found: dict[str, TokenRecord] = {}
+        with self._lock:
+            for start in range(0, len(wanted), 500):  # SQLite's bound-parameter limit
+                chunk = wanted[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                rows = self._db.execute(f"SELECT {_COLUMNS} FROM tokens WHERE completion_id IN ({marks})", chunk)
+                for row in rows.fetchall():
+                    found[row[0]] = _record(row)
+        return found
+
+    def count(self) -> int:
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM tokens").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+
+def _record(row: tuple) -> TokenRecord:
+    return TokenRecord(
+        completion_id=row[0],
+        model=row[1],
+        policy_step=row[2],
+        prompt_ids=json.loads(row[3]),
+        completion_ids=json.loads(row[4]),
+        logprobs=json.loads(row[5]),
+        created_at=row[6],
+    )

@@ -1,0 +1,250 @@
+"""One GRPO step on a PEFT LoRA model from trajectory groups: advantages, exact-token sequences, update.
+
+The trainer updates the PeftModel the engine serves, in place (the service pauses generation for the
+duration). If anything fails mid-step the LoRA weights and optimizer state are restored, so the model
+still serves the last good checkpoint.
+
+Old logprobs: the importance ratio is taken against the policy at the start of the step, not against
+the sampler's logprobs (those may come from another engine, another dtype or a temperature-scaled
+distribution). With `num_iterations == 1` the start-of-step logprobs equal the first forward pass, so
+they are that pass detached (ratio 1, exact policy gradient, no extra forward); with more iterations
+they are computed once, without gradients, before the first update. The mean absolute gap between the
+sampler's and the trainer's logprobs of the trained tokens is reported as `logprob_gap_sampler`: a
+jump there means token drift or a stale adapter.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from art_agents.server.advantages import group_advantages
+from art_agents.server.loss import BatchTotals, policy_loss, token_logprobs
+from art_agents.server.sequences import TrainingInputError, TrainSequence, build_sequences
+
+if TYPE_CHECKING:
+    import torch
+
+    from art_agents.server.token_store import TokenStore
+    from art_agents.train_config import TrainConfig
+    from art_agents.trajectory import TrajectoryGroup
+
+Progress = Callable[[int, int, dict[str, float]], None]
+
+
+class PolicyTrainer:
+    """GRPO on the trainable (LoRA) parameters of `peft_model` with torch AdamW."""
+
+    def __init__(self, peft_model: Any, tokenizer: Any, store: TokenStore, optimizer_state: dict | None = None) -> None:
+        self.model = peft_model
+        self.tokenizer = tokenizer
+        self.store = store
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._initial_state = optimizer_state
+
+    def optimizer_state(self) -> dict:
+        """The AdamW state to checkpoint (what was given at construction until the first step)."""
+        if self._optimizer is None:
+            return copy.deepcopy(self._initial_state) if self._initial_state else {}
+        return self._optimizer.state_dict()
+
+    def train(self, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress | None = None) -> dict[str, float]:
+        """One train call: `config.num_iterations` optimizer steps on the groups; returns the step's metrics."""
+        started = time.perf_counter()
+        _check_groups(groups)
+        advantages = group_advantages(groups, scale_rewards=config.scale_rewards, min_group_std=config.min_group_std)
+        sequences, stats = build_sequences(groups, self.store, self.tokenizer, advantages.values, advantages.kept)
+        rewards = [r for group in groups for r in group.rewards()]
+        reward_mean = sum(rewards) / len(rewards)
+        metrics: dict[str, float] = {
+            "reward_mean": reward_mean,
+            "reward_std": math.sqrt(sum((r - reward_mean) ** 2 for r in rewards) / len(rewards)),
+            "groups_total": float(len(groups)),
+            "groups_skipped_zero_variance": float(len(advantages.skipped)),
+            "sequences": float(len(sequences)),
+            "tokens_trained": float(sum(s.trained_tokens for s in sequences)),
+            **stats.as_metrics(),
+            "optimizer_steps": 0.0,
+            "skipped": 1.0,
+            "loss": 0.0,
+            "grad_norm": 0.0,
+        }
+        if sequences:
+            snapshot = self._snapshot()
+            try:
+                metrics.update(self._optimize(sequences, config, progress))
+            except BaseException:
+                self._restore(snapshot)
+                raise
+        metrics["train_s"] = time.perf_counter() - started
+        return metrics
+
+    def _optimize(self, sequences: list[TrainSequence], config: TrainConfig, progress: Progress | None) -> dict[str, float]:
+        import torch
+
+        optimizer = self._optimizer_for(config)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        device = params[0].device
+        totals = BatchTotals(sequences=len(sequences), tokens=sum(s.trained_tokens for s in sequences))
+        batches = [_collate(chunk, self._pad_id(), device) for chunk in _chunks(sequences, config.micro_batch_size)]
+        was_training = self.model.training
+        old = self._no_grad_logprobs(batches) if config.num_iterations > 1 else None
+        ref = self._no_grad_logprobs(batches, base=True) if config.beta > 0 else None
+        total_work, done = len(sequences) * config.num_iterations, 0
+        sums = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "gap_sum": 0.0, "gap_tokens": 0.0, "entropy_sum": 0.0}
+        grad_norm = 0.0
+        try:
+            self.model.train()
+            for iteration in range(config.num_iterations):
+                optimizer.zero_grad(set_to_none=True)
+                loss_sum = 0.0
+                for b, batch in enumerate(batches):
+                    logps, logits = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+                    old_logps = logps.detach() if old is None else old[b]
+                    loss, batch_sums = policy_loss(
+                        logps, old_logps, batch["advantages"], batch["mask"], config, totals, None if ref is None else ref[b]
+                    )
+                    loss.backward()
+                    loss_sum += float(loss.detach())
+                    if iteration == 0:
+                        self._first_pass_sums(sums, batch, old_logps, logits, batch_sums)
+                    done += batch["input_ids"].shape[0]
+                    if progress is not None:
+                        progress(done, total_work, {"loss": loss_sum})
+                if not math.isfinite(loss_sum):
+                    raise FloatingPointError(f"GRPO loss is {loss_sum}; lower the learning rate or check the rewards")
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
+                if not math.isfinite(grad_norm):
+                    raise FloatingPointError(f"gradient norm is {grad_norm}; lower the learning rate")
+                optimizer.step()
+                if iteration == 0:
+                    sums["loss"] = loss_sum
+        finally:
+            optimizer.zero_grad(set_to_none=True)
+            self.model.train(was_training)
+        trained = max(totals.tokens, 1)
+        metrics = {
+            "loss": sums["loss"],
+            "grad_norm": grad_norm,
+            "optimizer_steps": float(config.num_iterations),
+            "skipped": 0.0,
+            "clip_fraction": sums["clipped_tokens"] / trained,
+            "entropy": sums["entropy_sum"] / trained,
+            "logprob_gap_sampler": sums["gap_sum"] / sums["gap_tokens"] if sums["gap_tokens"] else math.nan,
+            "learning_rate": config.learning_rate,
+        }
+        if config.beta > 0:
+            metrics["kl"] = sums["kl_sum"] / trained
+        return {k: v for k, v in metrics.items() if not (isinstance(v, float) and math.isnan(v))}
+
+    def _first_pass_sums(
+        self, sums: dict[str, float], batch: dict[str, Any], old_logps: torch.Tensor, logits: torch.Tensor, batch_sums: dict[str, float]
+    ) -> None:
+        """Metrics of the policy at the start of the step: entropy, clipping, KL, sampler gap."""
+        import torch
+        from trl.trainer.utils import entropy_from_logits
+
+        with torch.no_grad():
+            mask = batch["mask"]
+            sums["entropy_sum"] += float(entropy_from_logits(logits[mask]).sum())
+            sampler = batch["sampler_logprobs"]
+            known = mask & torch.isfinite(sampler)
+            sums["gap_sum"] += float((old_logps[known] - sampler[known]).abs().sum())
+            sums["gap_tokens"] += float(known.sum())
+        sums["clipped_tokens"] += batch_sums["clipped_tokens"]
+        sums["kl_sum"] += batch_sums.get("kl_sum", 0.0)
+
+    def _no_grad_logprobs(self, batches: list[dict[str, Any]], *, base: bool = False) -> list[torch.Tensor]:
+        """Logprobs of the current policy (or of the base model, adapter disabled) for every micro-batch."""
+        import contextlib
+
+        import torch
+
+        self.model.eval()
+        with torch.no_grad(), self.model.disable_adapter() if base else contextlib.nullcontext():
+            return [token_logprobs(self.model, b["input_ids"], b["attention_mask"])[0] for b in batches]
+
+    def _optimizer_for(self, config: TrainConfig) -> torch.optim.Optimizer:
+        import torch
+
+        if self._optimizer is None:
+            params = [p for p in self.model.parameters() if p.requires_grad]
+            if not params:
+                raise RuntimeError("the model has no trainable parameters; is the LoRA adapter active?")
+            self._optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+            if self._initial_state:
+                self._optimizer.load_state_dict(self._initial_state)
+        for group in self._optimizer.param_groups:  # each call's config wins over the checkpointed one
+            group["lr"] = config.learning_rate
+            group["weight_decay"] = config.weight_decay
+        return self._optimizer
+
+    def _snapshot(self) -> tuple[dict[str, torch.Tensor], dict | None]:
+        weights = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        state = copy.deepcopy(self._optimizer.state_dict()) if self._optimizer is not None else None
+        return weights, state
+
+    def _restore(self, snapshot: tuple[dict[str, torch.Tensor], dict | None]) -> None:
+        import torch
+
+        weights, state = snapshot
+        with torch.no_grad():
+            for name, param in self.model.named_parameters():
+                if name in weights:
+                    param.copy_(weights[name])
+        if self._optimizer is not None:
+            if state is None:
+                self._optimizer = None
+            else:
+                self._optimizer.load_state_dict(state)
+
+    def _pad_id(self) -> int:
+        for candidate in (self.tokenizer.pad_token_id, self.tokenizer.eos_token_id):
+            if candidate is not None:
+                return int(candidate)
+        return 0
+
+
+def _check_groups(groups: list[TrajectoryGroup]) -> None:
+    if not groups:
+        raise TrainingInputError("no trajectory groups to train on; pass at least one group")
+    for g, group in enumerate(groups):
+        if not group.trajectories:
+            raise TrainingInputError(f"groups[{g}] has no trajectories; drop empty groups before training")
+        if not any(t.turns for t in group.trajectories):
+            raise TrainingInputError(
+                f"groups[{g}] has no model turns to train on; record rollouts with the client's openai_client() "
+                "(or set Trajectory.turns) so the server can find the sampled tokens"
+            )
+
+
+def _chunks(sequences: list[TrainSequence], size: int) -> list[list[TrainSequence]]:
+    """Micro-batches of similar length (sorted longest first), so padding stays small."""
+    ordered = sorted(sequences, key=lambda s: len(s.token_ids), reverse=True)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def _collate(chunk: list[TrainSequence], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
+    """Right-padded tensors; `mask` and `sampler_logprobs` are shifted to align with next-token logprobs."""
+    import torch
+
+    width = max(len(s.token_ids) for s in chunk)
+
+    def padded(values: list, fill: Any) -> list:
+        return values + [fill] * (width - len(values))
+
+    input_ids = torch.tensor([padded(s.token_ids, pad_id) for s in chunk], device=device)
+    attention = torch.tensor([padded([1] * len(s.token_ids), 0) for s in chunk], device=device)
+    mask = torch.tensor([padded(s.mask, False) for s in chunk], device=device)[:, 1:]
+    sampler = torch.tensor([padded(s.sampler_logprobs, math.nan) for s in chunk], dtype=torch.float32, device=device)
+    advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention,
+        "mask": mask,
+        "sampler_logprobs": sampler[:, 1:],
+        "advantages": advantages,
+    }

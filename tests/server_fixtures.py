@@ -1,0 +1,61 @@
+"""Fixtures for tests that need the tiny model or a real art-agents server on loopback.
+
+`tiny_model_path` builds the tiny model once per test session. `start_server(art_path)` runs the
+real FastAPI app under uvicorn in a background thread on a free loopback port and yields its
+base URL (without `/v1`); `server_url` is that for a fresh art path per test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from art_agents.server.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "qwen3")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def start_server(art_path: str | Path, *, api_key: str | None = None, startup_timeout: float = 120.0) -> Iterator[str]:
+    """Serve `art_path` on 127.0.0.1 in a thread; yields `http://127.0.0.1:PORT`; stops on exit."""
+    import uvicorn
+
+    from art_agents.server.app import create_app
+
+    app = create_app(Path(art_path), api_key=api_key)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, name=f"art-server-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the art-agents server on port {port} did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+@pytest.fixture
+def server_url(tmp_path: Path) -> Iterator[str]:
+    """A fresh server on an empty art path (`tmp_path / "art"`)."""
+    with start_server(tmp_path / "art") as url:
+        yield url
