@@ -98,7 +98,9 @@ def rollout(target: Any = None, /, **metadata: Any) -> Any:
     return Rollout(target, **metadata)
 
 
-def _decorate(func: Callable[P, Awaitable[Any]], scope: Callable[[], Any] = Rollout) -> Callable[P, Awaitable[Trajectory]]:
+def _decorate(
+    func: Callable[P, Awaitable[Any]], scope: Callable[[], Any] = Rollout
+) -> Callable[P, Awaitable[Trajectory]]:
     """`scope` opens a fresh capture scope per call (integrations add their own capture to it)."""
     if not inspect.iscoroutinefunction(func):
         raise TypeError(f"@rollout decorates async functions; {func.__qualname__} is not one")

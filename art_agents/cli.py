@@ -17,9 +17,8 @@ app = typer.Typer(name="art-agents", help="Train LLM agents with RL on their own
 
 PART_COMMANDS = {
     "art_agents.server.cli": "serve, tiny-model (extra: server)",
-    "art_agents.autorl.cli": "autorl (extra: ruler)",
-    "art_agents.integrations.cli": "mcp-rl (extra: mcp)",
     "art_agents.reporting": "report",
+    "art_agents.train_command": "train",
 }
 
 

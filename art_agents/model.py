@@ -13,6 +13,7 @@ from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.wire import TrainResult
 
 if TYPE_CHECKING:
+    from langchain_openai import ChatOpenAI
     from openai import AsyncOpenAI, OpenAI
 
     from art_agents.backend import Backend
@@ -54,6 +55,12 @@ class Model(Schema):
             )
         http_client = httpx.AsyncClient(transport=CaptureAsyncTransport())
         return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, http_client=http_client, **kwargs)
+
+    def chat_model(self, **kwargs: Any) -> ChatOpenAI:
+        """A LangChain `ChatOpenAI` for this model, captured inside rollouts (needs the `langgraph` extra)."""
+        from art_agents.integrations.langgraph import chat_model
+
+        return chat_model(self, **kwargs)
 
     def litellm_completion_params(self) -> dict[str, Any]:
         """Keyword arguments for `litellm.acompletion` that reach this model."""

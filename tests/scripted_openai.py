@@ -3,7 +3,8 @@
 Used where the model on the other end is not what is under test: capture tests, and LiteLLM
 judge/generator calls (RULER, AutoRL). Replies are taken in order; a reply is a string (content),
 a dict (a full assistant message), or a callable of the request body returning either.
-Every request body is kept in `requests` so tests can assert what was sent.
+Every request body is kept in `requests` so tests can assert what was sent. Like the art-agents
+server, it counts completions per rollout header and answers `GET /v1/art/rollouts/{id}`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import Counter
 from typing import Any
 
 Reply = str | dict[str, Any] | Callable[[dict[str, Any]], "str | dict[str, Any]"]
@@ -25,6 +27,7 @@ class ScriptedOpenAI:
         self.default: Reply = "ok"
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.rollout_counts: Counter[str] = Counter()
         self.model_suffix = model_suffix
         self.delay_s = delay_s
         self._ids = itertools.count()
@@ -70,6 +73,10 @@ class ScriptedOpenAI:
                 self.wfile.write(payload)
 
             def do_GET(self) -> None:
+                if self.path.startswith("/v1/art/rollouts/"):
+                    count = server.rollout_counts[self.path.rsplit("/", 1)[1]]
+                    self._send(200, json.dumps({"completions": count}).encode())
+                    return
                 self._send(200, json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}).encode())
 
             def do_POST(self) -> None:
@@ -77,6 +84,7 @@ class ScriptedOpenAI:
                 with server._lock:
                     server.requests.append(body)
                     server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    server.rollout_counts[self.headers.get("x-art-rollout-id", "")] += 1
                 if server.delay_s:
                     time.sleep(server.delay_s)
                 completion_id, message = server._next(body)

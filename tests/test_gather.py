@@ -6,7 +6,14 @@ import asyncio
 
 import pytest
 
-from art_agents import TooManyExceptions, Trajectory, TrajectoryGroup, gather_trajectories, gather_trajectory_groups, rollout
+from art_agents import (
+    TooManyExceptions,
+    Trajectory,
+    TrajectoryGroup,
+    gather_trajectories,
+    gather_trajectory_groups,
+    rollout,
+)
 
 
 async def attempt(reward: float, fail: bool = False) -> Trajectory:

@@ -1,0 +1,149 @@
+"""The standard training loop: rollouts in groups, optional scoring, one train call per step.
+
+`art-agents train CONFIG.toml` runs it from a file; AutoRL and MCP•RL drive the same loop.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from art_agents.gather import AfterEach, gather_trajectory_groups
+from art_agents.model import TrainableModel
+from art_agents.schema import Schema
+from art_agents.train_config import ModelConfig, TrainConfig
+from art_agents.trajectory import Trajectory, TrajectoryGroup
+
+RolloutFn = Callable[[TrainableModel, Any], Awaitable[Trajectory]]
+
+
+class StepRecord(Schema):
+    step: int = Field(description="The step served after this train call.")
+    reward_mean: float
+    rollouts: int
+    exceptions: int
+    rollout_s: float
+    train_s: float
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+async def train_loop(
+    model: TrainableModel,
+    rollout: RolloutFn,
+    scenarios: Sequence[Any],
+    *,
+    steps: int,
+    groups_per_step: int = 4,
+    rollouts_per_group: int = 4,
+    train_config: TrainConfig | None = None,
+    after_each: AfterEach | None = None,
+    max_exceptions: int | float = 0.1,
+    seed: int = 0,
+) -> list[StepRecord]:
+    """Train until the model's step has advanced `steps` times; resumes from the current step.
+
+    Each step draws `groups_per_step` scenarios (a fixed shuffle per seed, cycled), runs
+    `rollouts_per_group` rollouts of each, and trains on the groups.
+    """
+    if not scenarios:
+        raise ValueError("train_loop needs at least one scenario")
+    order = list(range(len(scenarios)))
+    random.Random(seed).shuffle(order)
+    records: list[StepRecord] = []
+    start = await model.get_step()
+    for offset in range(steps):
+        step = start + offset
+        picks = [scenarios[order[(step * groups_per_step + i) % len(order)]] for i in range(groups_per_step)]
+        began = time.perf_counter()
+        groups = await gather_trajectory_groups(
+            (TrajectoryGroup(rollout(model, s) for _ in range(rollouts_per_group)) for s in picks),
+            pbar_desc=f"step {step}",
+            max_exceptions=max_exceptions,
+            after_each=after_each,
+        )
+        rollout_s = time.perf_counter() - began
+        groups = [g for g in groups if g.trajectories]
+        rewards = [r for g in groups for r in g.rewards()]
+        result = await model.train(groups, train_config)
+        records.append(
+            StepRecord(
+                step=result.step,
+                reward_mean=sum(rewards) / len(rewards) if rewards else 0.0,
+                rollouts=len(rewards),
+                exceptions=sum(len(g.exceptions) for g in groups),
+                rollout_s=rollout_s,
+                train_s=time.perf_counter() - began - rollout_s,
+                metrics=result.metrics,
+            )
+        )
+    return records
+
+
+class TrainJob(Schema):
+    """A training run described in a TOML file (`art-agents train job.toml`)."""
+
+    name: str
+    project: str = "default"
+    base_model: str
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    rollout: str = Field(description="`package.module:function`, an async (model, scenario) -> Trajectory.")
+    scenarios: Path = Field(description="JSONL file; each line is one scenario passed to the rollout function.")
+    backend: Literal["local", "remote"] = "local"
+    art_path: Path = Path(".art")
+    base_url: str | None = Field(None, description="Server URL when backend = 'remote'.")
+    api_key: str | None = None
+    steps: int = Field(10, ge=1)
+    groups_per_step: int = Field(4, ge=1)
+    rollouts_per_group: int = Field(4, ge=2)
+    max_exceptions: float = Field(0.1, ge=0)
+    seed: int = 0
+    train: TrainConfig = Field(default_factory=TrainConfig)
+
+
+def load_rollout(path: str) -> RolloutFn:
+    module_name, _, attribute = path.partition(":")
+    if not attribute:
+        raise ValueError(f"rollout {path!r} must look like 'package.module:function'")
+    function = getattr(importlib.import_module(module_name), attribute, None)
+    if not callable(function):
+        raise ValueError(f"{path!r}: {module_name} has no function {attribute!r}")
+    return function  # type: ignore[no-any-return]
+
+
+def load_scenarios(path: Path) -> list[Any]:
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        return [json.loads(line) for line in lines]
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: every line must be one JSON scenario ({exc})") from exc
+
+
+async def run_job(job: TrainJob) -> list[StepRecord]:
+    from art_agents.backend import LocalBackend, RemoteBackend
+
+    if job.backend == "remote" and not job.base_url:
+        raise ValueError("backend = 'remote' needs base_url")
+    backend = RemoteBackend(job.base_url or "", job.api_key) if job.backend == "remote" else LocalBackend(job.art_path)
+    model = TrainableModel(name=job.name, project=job.project, base_model=job.base_model, config=job.model)
+    try:
+        await model.register(backend)
+        return await train_loop(
+            model,
+            load_rollout(job.rollout),
+            load_scenarios(job.scenarios),
+            steps=job.steps,
+            groups_per_step=job.groups_per_step,
+            rollouts_per_group=job.rollouts_per_group,
+            train_config=job.train,
+            max_exceptions=job.max_exceptions,
+            seed=job.seed,
+        )
+    finally:
+        await backend.close()

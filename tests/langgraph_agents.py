@@ -1,0 +1,63 @@
+"""Real LangGraph agents and tools shared by the LangGraph tests (scripted server and real server)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langchain_core.tools import tool
+
+from art_agents import Trajectory
+from art_agents.integrations.langchain_callbacks import to_openai
+from art_agents.messages import as_messages
+
+SYSTEM = "You are a calculator. Use the tools."
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@tool
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b
+
+
+TOOLS = [add, multiply]
+
+
+def react_agent(llm: Any, constructor: str, **kwargs: Any) -> Any:
+    """The same ReAct agent from LangChain's `create_agent` or LangGraph's older `create_react_agent`."""
+    if constructor == "create_agent":
+        from langchain.agents import create_agent
+
+        return create_agent(llm, TOOLS, system_prompt=SYSTEM, **kwargs)
+    from langgraph.prebuilt import create_react_agent
+
+    return create_react_agent(llm, TOOLS, prompt=SYSTEM, **kwargs)
+
+
+def node_of(constructor: str) -> str:
+    return "model" if constructor == "create_agent" else "agent"
+
+
+def tool_call(call_id: str, name: str, **arguments: int) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def hermes(name: str, **arguments: int) -> str:
+    """A tool call as Qwen3/hermes text, for the server's scripted engine."""
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+def assert_matches_state(trajectory: Trajectory, messages: list[BaseMessage], *, system: str | None = SYSTEM) -> None:
+    """The captured main history is, message for message, the graph's final state (plus its prompt)."""
+    expected = as_messages(([{"role": "system", "content": system}] if system else []) + to_openai(messages))
+    got = trajectory.messages
+    assert len(got) == len(expected), ([m.role for m in got], [m.role for m in expected])
+    for index, (a, b) in enumerate(zip(got, expected, strict=True)):
+        assert a.same_as(b), (index, a, b)
