@@ -8,6 +8,7 @@ subcommand (with a hint in `--help`).
 from __future__ import annotations
 
 import importlib
+from typing import Annotated
 
 import typer
 
@@ -30,9 +31,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main(
-    version: bool = typer.Option(
-        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
-    ),
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
 ) -> None:
     """Train LLM agents with RL on their own experience."""
 

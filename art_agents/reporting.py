@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -30,8 +30,8 @@ def model_dirs(art_path: Path) -> list[Path]:
 
 
 def report(
-    art_path: Path = typer.Option(Path(".art"), help="The server's art path."),
-    model: str | None = typer.Option(None, help="Only this model name."),
+    art_path: Annotated[Path, typer.Option(help="The server's art path.")] = Path(".art"),
+    model: Annotated[str | None, typer.Option(help="Only this model name.")] = None,
 ) -> None:
     """Print each model's per-step training metrics."""
     from rich.console import Console

@@ -6,11 +6,12 @@ import asyncio
 import sys
 import tomllib
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
-def train(job_file: Path = typer.Argument(..., exists=True, help="TOML file describing the job (see README).")) -> None:
+def train(job_file: Annotated[Path, typer.Argument(exists=True, help="TOML file describing the job (see README).")]) -> None:
     """Train a model with the standard loop from a TOML job file."""
     from pydantic import ValidationError
 

@@ -47,6 +47,7 @@ class Sample:
 class Engine(Protocol):
     """What the service needs from an engine (the vLLM engine implements the same)."""
 
+    model: Any  # a peft.PeftModel with adapter "default"; the trainer updates it in place
     tokenizer: Any
     step: int
 
