@@ -7,6 +7,7 @@ import json
 import pytest
 from ruler_fixtures import SYSTEM, conversation
 
+from art_agents.messages import as_messages
 from art_agents.ruler import (
     InvalidJudgement,
     common_prefix_length,
@@ -24,7 +25,7 @@ TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "
 def test_shared_prefix_is_shown_once_and_each_remainder_once() -> None:
     lists = [conversation("What is 2 + 2?", q, turns=2) for q in (0.1, 0.5, 0.9)]
     prompt = render_judge_messages(lists, IDS, "be fair")[1]["content"]
-    assert common_prefix_length([[*map(_msg, m)] for m in lists]) == 2
+    assert common_prefix_length([as_messages(m) for m in lists]) == 2
     assert prompt.count(SYSTEM.strip()) == 1
     assert prompt.count("What is 2 + 2?") == 1
     for q in (0.1, 0.5, 0.9):
@@ -98,7 +99,7 @@ def test_valid_answers_parse_including_fenced_and_chatty_ones() -> None:
     ],
 )
 def test_invalid_answers_name_the_problem(text: str, problem: str) -> None:
-    with pytest.raises(InvalidJudgement, match=None) as error:
+    with pytest.raises(InvalidJudgement) as error:
         parse_judgement(text, IDS)
     assert problem in str(error.value)
 
@@ -119,9 +120,3 @@ def test_kendall_tau() -> None:
     assert kendall_tau([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]) == 0.0
     assert kendall_tau([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(4 / 6)
     assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / (2 * 3) ** 0.5)
-
-
-def _msg(message: dict[str, object]):  # type: ignore[no-untyped-def]
-    from art_agents import ChatMessage
-
-    return ChatMessage.model_validate(message)

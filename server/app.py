@@ -1,0 +1,217 @@
+"""The HTTP face of the server: OpenAI-compatible chat completions and the versioned /v1/art routes.
+
+Every refusal is a JSON `{"detail": ...}` with a 4xx status that says what to fix; a traceback
+never reaches a client. With an API key set, every route but /health needs `Authorization: Bearer`.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from art_agents.capture import ROLLOUT_HEADER
+from art_agents.server.engine import Sample
+from art_agents.server.service import ArtService, ServiceError
+from art_agents.wire import API_PREFIX, CheckpointInfo, DeleteCheckpointsRequest, ModelInfo, RegisterRequest, StepInfo, TrainRequest
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+class ChatCompletionRequest(BaseModel):
+    """The OpenAI chat completion fields this server honours; other fields are accepted and ignored."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    n: int | None = Field(None, ge=1, le=128)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+
+
+class _BodyLimit:
+    """Refuses request bodies over `limit` bytes with a 413, declared or streamed."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await _too_large(self.limit)(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLarge:
+            await _too_large(self.limit)(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse({"detail": f"request body over {limit} bytes; send fewer trajectory groups per call"}, status_code=413)
+
+
+def create_app(art_path: str | Path, *, api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+    service = ArtService(art_path)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await service.open_all()
+        yield
+        await service.close()
+
+    app = FastAPI(title="art-agents server", version="1", lifespan=lifespan)
+    app.state.service = service
+
+    @app.middleware("http")
+    async def require_key(request: Request, call_next: Any) -> Any:
+        if api_key and request.url.path != "/health":
+            given = request.headers.get("authorization", "")
+            if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
+                return JSONResponse({"detail": "missing or wrong API key; send 'Authorization: Bearer <key>'"}, status_code=401)
+        return await call_next(request)
+
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)
+
+    @app.exception_handler(ServiceError)
+    async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
+        return JSONResponse({"detail": "invalid request: " + "; ".join(problems)}, status_code=422)
+
+    @app.get("/health")
+    async def health() -> dict[str, Any]:
+        return {"status": "ok", "models": {name: m.step for name, m in service.models.items()}}
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        data = [
+            {"id": name, "object": "model", "created": 0, "owned_by": "art-agents", "step": m.step, "served_as": f"{name}@{m.step}"}
+            for name, m in service.models.items()
+        ]
+        return {"object": "list", "data": data}
+
+    @app.post("/v1/chat/completions", response_model=None)
+    async def chat_completions(
+        body: ChatCompletionRequest, x_art_rollout_id: str | None = Header(None, alias=ROLLOUT_HEADER)
+    ) -> Any:
+        response, samples = await service.chat(body.model_dump(exclude_none=True), x_art_rollout_id)
+        if not body.stream:
+            return response
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+        tokenizer = service.resolve(body.model).engine.tokenizer
+        return StreamingResponse(_sse(response, samples, tokenizer, include_usage), media_type="text/event-stream")
+
+    @app.post(f"{API_PREFIX}/models")
+    async def register(body: RegisterRequest) -> ModelInfo:
+        return await service.register(body)
+
+    @app.get(f"{API_PREFIX}/models/{{name}}/step")
+    async def get_step(name: str) -> StepInfo:
+        return StepInfo(step=service.get(name).step)
+
+    @app.get(f"{API_PREFIX}/models/{{name}}/checkpoints")
+    async def checkpoints(name: str) -> list[CheckpointInfo]:
+        return service.list_checkpoints(name)
+
+    @app.post(f"{API_PREFIX}/models/{{name}}/checkpoints/delete")
+    async def delete_checkpoints(name: str, body: DeleteCheckpointsRequest) -> list[int]:
+        return await service.delete_checkpoints(name, body.steps)
+
+    @app.post(f"{API_PREFIX}/models/{{name}}/train", response_model=None)
+    async def train(name: str, body: TrainRequest) -> StreamingResponse:
+        events = service.train(name, body)
+        first = await anext(events)  # input errors raise here, before any 200 is sent
+
+        async def lines() -> AsyncIterator[str]:
+            yield first.model_dump_json() + "\n"
+            async for event in events:
+                yield event.model_dump_json() + "\n"
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    @app.get(f"{API_PREFIX}/rollouts/{{rollout_id}}")
+    async def rollout_calls(rollout_id: str) -> dict[str, int]:
+        return {"completions": service.rollouts.get(rollout_id, 0)}
+
+    return app
+
+
+def _chunk(response: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) -> str:
+    body = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"], "model": response["model"], "choices": choices, **extra}
+    return f"data: {json.dumps(body)}\n\n"
+
+
+def _text_pieces(tokenizer: Any, token_ids: list[int], text: str) -> list[str]:
+    """`text` cut at token boundaries, as a token-by-token stream would have sent it."""
+    pieces, sent = [], 0
+    for end in range(1, len(token_ids) + 1):
+        so_far = tokenizer.decode(token_ids[:end], skip_special_tokens=True)
+        if len(so_far) > sent and text.startswith(so_far[sent:len(so_far)], sent) and not so_far.endswith("\ufffd"):
+            upto = min(len(so_far), len(text))
+            if upto > sent:
+                pieces.append(text[sent:upto])
+                sent = upto
+    if sent < len(text):
+        pieces.append(text[sent:])
+    return pieces
+
+
+async def _sse(response: dict[str, Any], samples: list[Sample], tokenizer: Any, include_usage: bool) -> AsyncIterator[str]:
+    """The finished completion as OpenAI stream chunks (generation is batched, so it is sent once done)."""
+    for choice, sample in zip(response["choices"], samples, strict=True):
+        index, message = choice["index"], choice["message"]
+        yield _chunk(response, [{"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
+        if message.get("tool_calls"):
+            if message.get("content"):
+                yield _chunk(response, [{"index": index, "delta": {"content": message["content"]}, "finish_reason": None}])
+            calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
+            yield _chunk(response, [{"index": index, "delta": {"tool_calls": calls}, "finish_reason": None}])
+        else:
+            for piece in _text_pieces(tokenizer, sample.token_ids, message.get("content") or ""):
+                yield _chunk(response, [{"index": index, "delta": {"content": piece}, "finish_reason": None}])
+        final = {"index": index, "delta": {}, "finish_reason": choice["finish_reason"], "completion_id": choice["completion_id"], "token_ids": choice["token_ids"]}
+        yield _chunk(response, [final])
+    if include_usage:
+        yield _chunk(response, [], usage=response["usage"])
+    yield "data: [DONE]\n\n"
+
+
+Literal  # re-exported for typing in tests  # noqa: B018
