@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter
 from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
@@ -68,7 +67,9 @@ class CaptureHandler(BaseCallbackHandler):
         self._lock = threading.Lock()
 
     # -- graph nodes ---------------------------------------------------------------------------
-    def on_chain_start(self, serialized: dict[str, Any] | None, inputs: Any, *, metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_chain_start(
+        self, serialized: dict[str, Any] | None, inputs: Any, *, metadata: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         node = node_path(metadata)
         if node and (metadata or {}).get("langgraph_node") == kwargs.get("name") and node not in self.nodes:
             with self._lock:
@@ -175,6 +176,3 @@ class CaptureHandler(BaseCallbackHandler):
                     result = self._tool_results.get(call.id)
                     if result is not None:
                         record_tool_result(call.id, result.text(), name=result.name, trajectory=self.trajectory)
-
-    def captured_by_node(self) -> Counter[str]:
-        return Counter(turn.span or "?" for turn in self.trajectory.turns)

@@ -92,7 +92,12 @@ class GraphRollout:
     """
 
     def __init__(
-        self, trajectory: Trajectory | None = None, *, model: Model | None = None, check_calls: bool = True, **metadata: Any
+        self,
+        trajectory: Trajectory | None = None,
+        *,
+        model: Model | None = None,
+        check_calls: bool = True,
+        **metadata: Any,
     ) -> None:
         self._rollout = Rollout(trajectory, **metadata)
         self.trajectory = self._rollout.trajectory
@@ -113,7 +118,11 @@ class GraphRollout:
             self._token = None
         self.handler.flush_tool_results()
         self._rollout.__exit__(exc_type, exc, tb)  # raises RolloutFailed for an exception
-        return exc is None and self.check_calls and bool(self._base_urls())
+        if exc is not None or not self.check_calls or not self._base_urls():
+            return False
+        # only art-agents servers count rollouts; skip the request when other providers answered every call
+        turns = self.trajectory.turns
+        return not turns or any(turn.policy_step is not None for turn in turns)
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if self._close(exc_type, exc, tb):
@@ -128,7 +137,9 @@ class GraphRollout:
 
     def __call__(self, func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Trajectory]]:
         """`@graph_rollout(model=model)`: a fresh scope (and trajectory) per call."""
-        return _decorate(func, lambda: GraphRollout(model=self.model, check_calls=self.check_calls, **self.trajectory.metadata))
+        return _decorate(
+            func, lambda: GraphRollout(model=self.model, check_calls=self.check_calls, **self.trajectory.metadata)
+        )
 
     def _base_urls(self) -> set[str]:
         if self.model is not None and self.model.inference_base_url:
@@ -206,7 +217,9 @@ class AsyncGraphStream:
             raise
         finally:
             await _in_context(context, chunks.aclose())  # type: ignore[attr-defined]
-            exit_scope = self._scope.__aexit__(type(error) if error else None, error, error.__traceback__ if error else None)
+            exit_scope = self._scope.__aexit__(
+                type(error) if error else None, error, error.__traceback__ if error else None
+            )
             await _in_context(context, exit_scope)
 
 
@@ -234,7 +247,9 @@ class GraphStream:
             raise
         finally:
             context.run(chunks.close)  # type: ignore[attr-defined]
-            context.run(self._scope.__exit__, type(error) if error else None, error, error.__traceback__ if error else None)
+            context.run(
+                self._scope.__exit__, type(error) if error else None, error, error.__traceback__ if error else None
+            )
 
 
 class WrappedGraph:
@@ -251,23 +266,31 @@ class WrappedGraph:
     def _scope(self, trajectory: Trajectory | None) -> GraphRollout:
         return GraphRollout(trajectory, model=self.model, check_calls=self.check_calls)
 
-    async def ainvoke(self, input: Any, config: Any = None, *, trajectory: Trajectory | None = None, **kwargs: Any) -> GraphResult:
+    async def ainvoke(
+        self, input: Any, config: Any = None, *, trajectory: Trajectory | None = None, **kwargs: Any
+    ) -> GraphResult:
         """Run the graph in a rollout; raises `RolloutFailed` (carrying the trajectory) if it raises."""
         scope = self._scope(trajectory)
         async with scope:
             output = await self.graph.ainvoke(input, config, **kwargs)
         return GraphResult(scope.trajectory, output)
 
-    def invoke(self, input: Any, config: Any = None, *, trajectory: Trajectory | None = None, **kwargs: Any) -> GraphResult:
+    def invoke(
+        self, input: Any, config: Any = None, *, trajectory: Trajectory | None = None, **kwargs: Any
+    ) -> GraphResult:
         scope = self._scope(trajectory)
         with scope:
             output = self.graph.invoke(input, config, **kwargs)
         return GraphResult(scope.trajectory, output)
 
-    def astream(self, input: Any, config: Any = None, *, trajectory: Trajectory | None = None, **kwargs: Any) -> AsyncGraphStream:
+    def astream(
+        self, input: Any, config: Any = None, *, trajectory: Trajectory | None = None, **kwargs: Any
+    ) -> AsyncGraphStream:
         return AsyncGraphStream(self._scope(trajectory), lambda: self.graph.astream(input, config, **kwargs))
 
-    def stream(self, input: Any, config: Any = None, *, trajectory: Trajectory | None = None, **kwargs: Any) -> GraphStream:
+    def stream(
+        self, input: Any, config: Any = None, *, trajectory: Trajectory | None = None, **kwargs: Any
+    ) -> GraphStream:
         return GraphStream(self._scope(trajectory), lambda: self.graph.stream(input, config, **kwargs))
 
     async def rollout(self, input: Any, reward: Reward | None = None, config: Any = None, **kwargs: Any) -> Trajectory:

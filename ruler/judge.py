@@ -149,20 +149,29 @@ def _retryable_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def _accounting(response: Any, attempt: int, latency_s: float) -> JudgeCall:
+def _cost(response: Any) -> float | None:
+    """LiteLLM's price of a response, or None for models missing from its price map (local judges)."""
+    hidden = getattr(response, "_hidden_params", None) or {}
+    if "response_cost" in hidden:  # computed by LiteLLM during the call; None when it has no price
+        cost = hidden["response_cost"]
+        return None if cost is None else float(cost)
     import litellm
 
-    usage = getattr(response, "usage", None)
     try:
-        cost, known = float(litellm.completion_cost(completion_response=response)), True
-    except Exception:  # LiteLLM raises for models missing from its price map (local and self-hosted judges)
-        cost, known = 0.0, False
+        return float(litellm.completion_cost(completion_response=response))
+    except Exception:  # LiteLLM raises for unpriced models; the cost is then unknown, not an error
+        return None
+
+
+def _accounting(response: Any, attempt: int, latency_s: float) -> JudgeCall:
+    usage = getattr(response, "usage", None)
+    cost = _cost(response)
     return JudgeCall(
         attempt=attempt,
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
-        cost_usd=cost,
-        cost_known=known,
+        cost_usd=cost or 0.0,
+        cost_known=cost is not None,
         latency_s=latency_s,
     )
 

@@ -93,7 +93,7 @@ def render_judge_messages(
     """The judge's messages for a group, trajectories shown in `order` (indices into `message_lists`).
 
     Tools identical across the group are shown once with the context, otherwise per trajectory.
-    `dedup_prefix=False` shows every conversation in full (the baseline the benchmark compares with).
+    `dedup_prefix=False` shows every conversation in full, tools included (the benchmark's baseline).
     """
     if len(ids) != len(message_lists):
         raise ValueError(f"got {len(ids)} ids for {len(message_lists)} conversations; give one id per conversation")
@@ -103,7 +103,7 @@ def render_judge_messages(
         raise ValueError(f"got {len(tool_lists)} tool lists for {len(lists)} conversations; give one per conversation")
     order = list(order) if order is not None else list(range(len(lists)))
     prefix = common_prefix_length(lists) if dedup_prefix and len(lists) > 1 else 0
-    shared_tools = all(t == tool_lists[0] for t in tool_lists)
+    shared_tools = dedup_prefix and all(t == tool_lists[0] for t in tool_lists)
 
     parts: list[str] = []
     if prefix or (shared_tools and tool_lists and tool_lists[0]):

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
-from art_agents.ruler.judge import JudgeCall, judge
+from art_agents.ruler.judge import JudgeCall, Judgement, judge
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, Messages, Tools, render_judge_messages, trajectory_ids
 from art_agents.ruler.prompt import response_format as answer_schema
 from art_agents.trajectory import TrajectoryGroup
@@ -121,7 +121,7 @@ async def ruler(
     answer_format = litellm_params.pop("response_format", answer_schema(ids))
     cache = JudgeCache(cache_dir) if cache_dir is not None else None
 
-    async def one_pass(pass_index: int, order: list[int]) -> Any:
+    async def one_pass(pass_index: int, order: list[int]) -> Judgement:
         messages = render_judge_messages(message_lists, ids, rubric, tools=tools, order=order)
         judgement = await judge(
             messages,
@@ -137,9 +137,13 @@ async def ruler(
             call.pass_index = pass_index
         return judgement
 
-    async with asyncio.TaskGroup() as tasks:  # one failed pass cancels the others
-        running = [tasks.create_task(one_pass(i, order)) for i, order in enumerate(pass_orders(len(ids), passes))]
-    judgements = [task.result() for task in running]
+    tasks = [asyncio.ensure_future(one_pass(i, order)) for i, order in enumerate(pass_orders(len(ids), passes))]
+    try:
+        judgements = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:  # one failed pass makes the others pointless
+            task.cancel()
+        raise
 
     pass_scores = [[j.scores[i].score for i in ids] for j in judgements]
     agreements = [kendall_tau(a, b) for a, b in itertools.combinations(pass_scores, 2)]

@@ -11,7 +11,7 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,7 +22,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from art_agents.capture import ROLLOUT_HEADER
 from art_agents.server.engine import Sample
 from art_agents.server.service import ArtService, ServiceError
-from art_agents.wire import API_PREFIX, CheckpointInfo, DeleteCheckpointsRequest, ModelInfo, RegisterRequest, StepInfo, TrainRequest
+from art_agents.wire import (
+    API_PREFIX,
+    CheckpointInfo,
+    DeleteCheckpointsRequest,
+    ModelInfo,
+    RegisterRequest,
+    StepInfo,
+    TrainRequest,
+)
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -82,10 +90,14 @@ class _BodyTooLarge(Exception):
 
 
 def _too_large(limit: int) -> JSONResponse:
-    return JSONResponse({"detail": f"request body over {limit} bytes; send fewer trajectory groups per call"}, status_code=413)
+    return JSONResponse(
+        {"detail": f"request body over {limit} bytes; send fewer trajectory groups per call"}, status_code=413
+    )
 
 
-def create_app(art_path: str | Path, *, api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+def create_app(
+    art_path: str | Path, *, api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+) -> FastAPI:
     service = ArtService(art_path)
 
     @asynccontextmanager
@@ -102,7 +114,9 @@ def create_app(art_path: str | Path, *, api_key: str | None = None, max_body_byt
         if api_key and request.url.path != "/health":
             given = request.headers.get("authorization", "")
             if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return JSONResponse({"detail": "missing or wrong API key; send 'Authorization: Bearer <key>'"}, status_code=401)
+                return JSONResponse(
+                    {"detail": "missing or wrong API key; send 'Authorization: Bearer <key>'"}, status_code=401
+                )
         return await call_next(request)
 
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
@@ -116,6 +130,10 @@ def create_app(art_path: str | Path, *, api_key: str | None = None, max_body_byt
         problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
         return JSONResponse({"detail": "invalid request: " + "; ".join(problems)}, status_code=422)
 
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"detail": f"server error: {type(exc).__name__}: {exc}"}, status_code=500)
+
     @app.get("/health")
     async def health() -> dict[str, Any]:
         return {"status": "ok", "models": {name: m.step for name, m in service.models.items()}}
@@ -123,7 +141,14 @@ def create_app(art_path: str | Path, *, api_key: str | None = None, max_body_byt
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
         data = [
-            {"id": name, "object": "model", "created": 0, "owned_by": "art-agents", "step": m.step, "served_as": f"{name}@{m.step}"}
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "art-agents",
+                "step": m.step,
+                "served_as": f"{name}@{m.step}",
+            }
             for name, m in service.models.items()
         ]
         return {"object": "list", "data": data}
@@ -175,7 +200,14 @@ def create_app(art_path: str | Path, *, api_key: str | None = None, max_body_byt
 
 
 def _chunk(response: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) -> str:
-    body = {"id": response["id"], "object": "chat.completion.chunk", "created": response["created"], "model": response["model"], "choices": choices, **extra}
+    body = {
+        "id": response["id"],
+        "object": "chat.completion.chunk",
+        "created": response["created"],
+        "model": response["model"],
+        "choices": choices,
+        **extra,
+    }
     return f"data: {json.dumps(body)}\n\n"
 
 
@@ -184,34 +216,42 @@ def _text_pieces(tokenizer: Any, token_ids: list[int], text: str) -> list[str]:
     pieces, sent = [], 0
     for end in range(1, len(token_ids) + 1):
         so_far = tokenizer.decode(token_ids[:end], skip_special_tokens=True)
-        if len(so_far) > sent and text.startswith(so_far[sent:len(so_far)], sent) and not so_far.endswith("\ufffd"):
-            upto = min(len(so_far), len(text))
-            if upto > sent:
-                pieces.append(text[sent:upto])
-                sent = upto
+        if so_far.endswith("\ufffd"):
+            continue  # a multi-byte character is not complete yet
+        upto = min(len(so_far), len(text))
+        if upto > sent:
+            pieces.append(text[sent:upto])
+            sent = upto
     if sent < len(text):
         pieces.append(text[sent:])
     return pieces
 
 
-async def _sse(response: dict[str, Any], samples: list[Sample], tokenizer: Any, include_usage: bool) -> AsyncIterator[str]:
+async def _sse(
+    response: dict[str, Any], samples: list[Sample], tokenizer: Any, include_usage: bool
+) -> AsyncIterator[str]:
     """The finished completion as OpenAI stream chunks (generation is batched, so it is sent once done)."""
     for choice, sample in zip(response["choices"], samples, strict=True):
         index, message = choice["index"], choice["message"]
         yield _chunk(response, [{"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
         if message.get("tool_calls"):
             if message.get("content"):
-                yield _chunk(response, [{"index": index, "delta": {"content": message["content"]}, "finish_reason": None}])
+                yield _chunk(
+                    response, [{"index": index, "delta": {"content": message["content"]}, "finish_reason": None}]
+                )
             calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
             yield _chunk(response, [{"index": index, "delta": {"tool_calls": calls}, "finish_reason": None}])
         else:
             for piece in _text_pieces(tokenizer, sample.token_ids, message.get("content") or ""):
                 yield _chunk(response, [{"index": index, "delta": {"content": piece}, "finish_reason": None}])
-        final = {"index": index, "delta": {}, "finish_reason": choice["finish_reason"], "completion_id": choice["completion_id"], "token_ids": choice["token_ids"]}
+        final = {
+            "index": index,
+            "delta": {},
+            "finish_reason": choice["finish_reason"],
+            "completion_id": choice["completion_id"],
+            "token_ids": choice["token_ids"],
+        }
         yield _chunk(response, [final])
     if include_usage:
         yield _chunk(response, [], usage=response["usage"])
     yield "data: [DONE]\n\n"
-
-
-Literal  # re-exported for typing in tests  # noqa: B018

@@ -41,7 +41,7 @@ def save_checkpoint(
     tmp = root / f".tmp-{step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        peft_model.save_pretrained(str(tmp))
+        peft_model.save_pretrained(str(tmp), save_embedding_layers=False)  # the base embeddings never train
         if optimizer_state:
             torch.save(optimizer_state, tmp / OPTIMIZER_STATE)
         state = {**trainer_state, "step": step, "created_at": time.time()}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,9 @@ class TransformersEngine:
         self.device = next(model.parameters()).device
         self._stop_ids = stop_token_ids(model, tokenizer)
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._stop_ids, default=0)
+        # transformers 5.2x renamed `past_key_values` to `cache` (argument and output); use what this model takes
+        forward = inspect.signature(model.get_base_model().forward).parameters
+        self._cache_kw = "cache" if "cache" in forward else "past_key_values"
         self._queue: asyncio.Queue[_Request] = asyncio.Queue()
         self._gate = asyncio.Lock()  # held by a running batch or by training
         self._worker: asyncio.Task[None] | None = None
@@ -148,7 +152,9 @@ class TransformersEngine:
         result = set_peft_model_state_dict(self.model, weights, adapter_name="default")
         unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
         if unexpected:
-            raise ValueError(f"checkpoint {path} does not match this model's LoRA config: unexpected keys {unexpected[:3]}")
+            raise ValueError(
+                f"checkpoint {path} does not match this model's LoRA config: unexpected keys {unexpected[:3]}"
+            )
         self.model.eval()
 
     @contextlib.asynccontextmanager
@@ -226,9 +232,14 @@ class TransformersEngine:
         with torch.inference_mode():
             while any(f is None for f in finish):
                 output = self.model(
-                    input_ids=step_input, attention_mask=attention, position_ids=positions, past_key_values=past, use_cache=True
+                    input_ids=step_input,
+                    attention_mask=attention,
+                    position_ids=positions,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self._cache_kw: past},
                 )
-                past = output.past_key_values
+                past = getattr(output, self._cache_kw)
                 logits = output.logits[:, -1, :].float()
                 logprobs = torch.log_softmax(logits, dim=-1)
                 chosen = self._sample(logits, temperature, top_p, generators)
@@ -270,7 +281,9 @@ class TransformersEngine:
             chosen.append(int(order[i, pick]))
         return chosen
 
-    def _check_finish(self, token: int, ids: list[int], params: SamplingParams, budget: int) -> tuple[str | None, str | None]:
+    def _check_finish(
+        self, token: int, ids: list[int], params: SamplingParams, budget: int
+    ) -> tuple[str | None, str | None]:
         """(finish_reason, text) once the row is done, else (None, None)."""
         if token in self._stop_ids:
             return "stop", self._decode(ids[:-1])

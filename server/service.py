@@ -100,6 +100,7 @@ class ArtService:
         self.models: dict[str, ServedModel] = {}
         self.rollouts: Counter[str] = Counter()
         self._register_lock = asyncio.Lock()
+        self._training: set[asyncio.Task[None]] = set()  # kept so a step outlives a closed train stream
 
     # --- models ---------------------------------------------------------------------------
 
@@ -122,7 +123,8 @@ class ArtService:
             if served is not None:
                 if served.info.project != request.project:
                     raise ServiceError(
-                        409, f"model {request.name!r} already exists in project {served.info.project!r}; pick another name"
+                        409,
+                        f"model {request.name!r} already exists in project {served.info.project!r}; pick another name",
                     )
                 return served.info.model_copy(update={"step": served.step})
             served = await asyncio.to_thread(self._open, request)
@@ -142,7 +144,8 @@ class ArtService:
             raise
         except Exception as exc:
             raise ServiceError(
-                400, f"cannot load base_model {request.base_model!r}: {type(exc).__name__}: {exc}; give a local folder "
+                400,
+                f"cannot load base_model {request.base_model!r}: {type(exc).__name__}: {exc}; give a local folder "
                 "with a transformers model (e.g. one made by `art-agents tiny-model PATH`) or a cached hub id",
             ) from exc
         step = latest_step(model_dir)
@@ -154,7 +157,9 @@ class ArtService:
         engine.step = step
         _write_json_atomic(meta, request.model_dump(mode="json"))
         store = TokenStore(model_dir / "tokens" / "store.sqlite")
-        info = ModelInfo(name=request.name, project=request.project, base_model=request.base_model, step=step, config=request.config)
+        info = ModelInfo(
+            name=request.name, project=request.project, base_model=request.base_model, step=step, config=request.config
+        )
         log.info("serving %s@%d from %s", request.name, step, model_dir)
         return ServedModel(info=info, model_dir=model_dir, engine=engine, store=store)
 
@@ -203,7 +208,9 @@ class ArtService:
         except Exception as exc:  # jinja errors: a message shape the chat template rejects
             raise ServiceError(400, f"the chat template could not render these messages: {exc}") from exc
         params = SamplingParams(
-            max_tokens=body.get("max_completion_tokens") or body.get("max_tokens") or served.info.config.default_max_tokens,
+            max_tokens=body.get("max_completion_tokens")
+            or body.get("max_tokens")
+            or served.info.config.default_max_tokens,
             n=body.get("n") or 1,
             temperature=1.0 if body.get("temperature") is None else body["temperature"],
             top_p=1.0 if body.get("top_p") is None else body["top_p"],
@@ -211,7 +218,16 @@ class ArtService:
             seed=body.get("seed"),
         )
         if params.n > served.info.config.max_batch_size:
-            raise ServiceError(400, f"n={params.n} exceeds this model's max_batch_size ({served.info.config.max_batch_size})")
+            raise ServiceError(
+                400, f"n={params.n} exceeds this model's max_batch_size ({served.info.config.max_batch_size})"
+            )
+        limit = getattr(served.engine.model.config, "max_position_embeddings", None)
+        if limit is not None and len(prompt_ids) + params.max_tokens > limit:
+            raise ServiceError(
+                400,
+                f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the model's context "
+                f"of {limit} tokens; shorten the conversation or lower max_tokens",
+            )
         samples = await served.engine.generate(prompt_ids, params)
         completion_id = f"chatcmpl-{uuid.uuid4().hex}"
         step = samples[0].step
@@ -233,14 +249,23 @@ class ArtService:
             self.rollouts[rollout_id] += 1
         choices = []
         for index, (cid, sample) in enumerate(zip(ids, samples, strict=True)):
-            message = parse_assistant(tokenizer, sample.text) if tools else {"role": "assistant", "content": sample.text}
-            finish = "tool_calls" if message.get("tool_calls") and sample.finish_reason == "stop" else sample.finish_reason
+            message = (
+                parse_assistant(tokenizer, sample.text) if tools else {"role": "assistant", "content": sample.text}
+            )
+            finish = (
+                "tool_calls" if message.get("tool_calls") and sample.finish_reason == "stop" else sample.finish_reason
+            )
             choices.append(
                 {
                     "index": index,
                     "message": message,
                     "finish_reason": finish,
-                    "logprobs": {"content": [_token_logprob(tokenizer, t, lp) for t, lp in zip(sample.token_ids, sample.logprobs, strict=True)]},
+                    "logprobs": {
+                        "content": [
+                            _token_logprob(tokenizer, t, lp)
+                            for t, lp in zip(sample.token_ids, sample.logprobs, strict=True)
+                        ]
+                    },
                     "completion_id": cid,
                     "token_ids": sample.token_ids,
                 }
@@ -272,6 +297,8 @@ class ArtService:
         _check_request(request)
         events: asyncio.Queue[TrainEvent | BaseException | None] = asyncio.Queue()
         task = asyncio.create_task(self._train(served, request, events), name=f"train-{name}")
+        self._training.add(task)
+        task.add_done_callback(self._training.discard)
         started = False
         try:
             while True:
@@ -324,11 +351,19 @@ class ArtService:
         finally:
             events.put_nowait(None)
 
-    def _commit(self, served: ServedModel, step: int, trainer: Any, metrics: dict[str, float], request: TrainRequest) -> int:
+    def _commit(
+        self, served: ServedModel, step: int, trainer: Any, metrics: dict[str, float], request: TrainRequest
+    ) -> int:
         from art_agents.server.checkpoints import append_history, save_checkpoint
 
         config = request.config.model_dump(mode="json")
-        save_checkpoint(served.model_dir, step, served.engine.model, trainer.optimizer_state(), {"metrics": metrics, "config": config})
+        save_checkpoint(
+            served.model_dir,
+            step,
+            served.engine.model,
+            trainer.optimizer_state(),
+            {"metrics": metrics, "config": config},
+        )
         write_groups(served.model_dir / "trajectories" / "train" / f"{step:04d}.jsonl", request.groups)
         append_history(served.model_dir, {"step": step, "time": time.time(), "metrics": metrics, "config": config})
         return step

@@ -14,8 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from scripted_openai import ScriptedOpenAI  # noqa: E402
-from server_fixtures import server_url, tiny_model_path  # noqa: E402, F401
+from scripted_openai import ScriptedOpenAI
+from server_fixtures import server_url, tiny_model_path  # noqa: F401
 
 
 @pytest.fixture

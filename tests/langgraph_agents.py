@@ -51,7 +51,7 @@ def tool_call(call_id: str, name: str, **arguments: int) -> dict[str, Any]:
 
 def hermes(name: str, **arguments: int) -> str:
     """A tool call as Qwen3/hermes text, for the server's scripted engine."""
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 def assert_matches_state(trajectory: Trajectory, messages: list[BaseMessage], *, system: str | None = SYSTEM) -> None:

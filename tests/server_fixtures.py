@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,13 +32,16 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def start_server(art_path: str | Path, *, api_key: str | None = None, startup_timeout: float = 120.0) -> Iterator[str]:
-    """Serve `art_path` on 127.0.0.1 in a thread; yields `http://127.0.0.1:PORT`; stops on exit."""
+def start_server(art_path: str | Path, *, startup_timeout: float = 120.0, **app_options: Any) -> Iterator[str]:
+    """Serve `art_path` on 127.0.0.1 in a thread; yields `http://127.0.0.1:PORT`; stops on exit.
+
+    `app_options` go to `create_app` (`api_key`, `max_body_bytes`).
+    """
     import uvicorn
 
     from art_agents.server.app import create_app
 
-    app = create_app(Path(art_path), api_key=api_key)
+    app = create_app(Path(art_path), **app_options)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name=f"art-server-{port}", daemon=True)

@@ -116,7 +116,12 @@ async def test_final_tool_result_of_a_run_lands(scripted) -> None:
         """Look a key up; its answer ends the run."""
         return f"value of {key}"
 
-    scripted.replies = [{"content": None, "tool_calls": [{**tool_call("c9", "lookup"), "function": {"name": "lookup", "arguments": '{"key": "k"}'}}]}]
+    scripted.replies = [
+        {
+            "content": None,
+            "tool_calls": [{**tool_call("c9", "lookup"), "function": {"name": "lookup", "arguments": '{"key": "k"}'}}],
+        }
+    ]
     from langchain.agents import create_agent
 
     graph = create_agent(model_for(scripted).chat_model(), [lookup], system_prompt=SYSTEM)
@@ -265,7 +270,10 @@ async def test_missing_call_check_warns_with_node_names(scripted) -> None:
     graph.add_node("sidecar", sidecar)
     graph.add_edge(START, "planner")
     graph.add_edge("planner", "sidecar")
-    with pytest.warns(MissingCallsWarning, match=r"answered 2 completions but 1 were captured.*planner \(1 captured\), sidecar \(0 captured\)"):
+    with pytest.warns(
+        MissingCallsWarning,
+        match=r"answered 2 completions but 1 were captured.*planner \(1 captured\), sidecar \(0 captured\)",
+    ):
         trajectory, _ = await wrap(graph.compile(), model=model).ainvoke({"messages": [("user", "plan")]})
     assert trajectory.metrics["missing_calls"] == 1
     assert "sidecar" in trajectory.logs[-1]
@@ -288,3 +296,29 @@ async def test_graph_rollout_decorator_and_context_manager(scripted) -> None:
         state = await graph.ainvoke({"messages": [("user", "go")]})
     assert_matches_state(traj, state["messages"])
     assert traj.metadata == {"task": "t1"}
+
+
+async def test_decorator_with_arguments_and_a_raising_reward(scripted) -> None:
+    model = model_for(scripted)
+    graph = react_agent(model.chat_model(), "create_agent")
+
+    @graph_rollout(model=model, task="greet")
+    async def greet() -> float:
+        await graph.ainvoke({"messages": [("user", "hi")]})
+        return 0.5
+
+    first, second = await greet(), await greet()
+    assert first.id != second.id and first.reward == 0.5 and first.metadata == {"task": "greet"}
+    assert [len(t.turns) for t in (first, second)] == [1, 1]
+
+    def broken_reward(output, trajectory) -> float:
+        raise ValueError("no answer key")
+
+    [group] = await gather_trajectory_groups(
+        [TrajectoryGroup([wrap(graph).rollout({"messages": [("user", "hi")]}, reward=broken_reward)])],
+        max_exceptions=1,
+        pbar_desc=False,
+    )
+    [failure] = group.exceptions
+    assert failure.trajectory.failed and "no answer key" in failure.trajectory.logs[-1]
+    assert len(failure.trajectory.turns) == 1

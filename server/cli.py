@@ -1,0 +1,85 @@
+"""`art-agents serve`, `art-agents tiny-model` and `art-agents quickstart`."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+LOOPBACK_NAMES = {"localhost"}
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    """Serving beyond this machine without a key would hand anyone the training routes."""
+    if not is_loopback(host) and not api_key:
+        raise ValueError(
+            f"refusing to bind {host} without an API key: anyone who can reach it could train and replace the model; "
+            "pass --api-key (or set ART_AGENTS_API_KEY), or bind 127.0.0.1"
+        )
+
+
+def serve(
+    art_path: Annotated[Path, typer.Option(help="Folder with the models, checkpoints and token stores.")] = Path(
+        ".art"
+    ),
+    host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs --api-key.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8000,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="ART_AGENTS_API_KEY", help="Bearer token clients must send.")
+    ] = None,
+    log_level: Annotated[str, typer.Option()] = "info",
+) -> None:
+    """Serve the OpenAI-compatible API and the training routes."""
+    try:
+        check_bind(host, api_key)
+    except ValueError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    import logging
+
+    import uvicorn
+
+    from art_agents.server.app import create_app
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    uvicorn.run(create_app(art_path, api_key=api_key), host=host, port=port, log_level=log_level)
+
+
+def tiny_model(
+    path: Annotated[Path, typer.Argument(help="Folder to write the model into.")],
+    arch: Annotated[str, typer.Option(help="qwen3 or llama.")] = "qwen3",
+    seed: Annotated[int, typer.Option()] = 0,
+) -> None:
+    """Build the tiny random model + BPE tokenizer + tool-capable chat template used by tests and the quickstart."""
+    from art_agents.server.tiny_model import build_tiny_model
+
+    if arch not in ("qwen3", "llama"):
+        raise typer.BadParameter("--arch must be qwen3 or llama")
+    typer.echo(str(build_tiny_model(path, arch, seed=seed)))  # type: ignore[arg-type]
+
+
+def quickstart(
+    steps: Annotated[int, typer.Option(help="Training steps.")] = 20,
+    art_path: Annotated[Path, typer.Option()] = Path(".art-quickstart"),
+) -> None:
+    """Train the tiny model offline on a toy reward and print the reward going up."""
+    from art_agents.server.quickstart import run_quickstart
+
+    run_quickstart(steps=steps, art_path=str(art_path))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.command("tiny-model")(tiny_model)
+    app.command("quickstart")(quickstart)

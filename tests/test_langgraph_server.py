@@ -1,0 +1,135 @@
+"""LangGraph door against the real art-agents server (scripted engine: real tokenizer, store, training)."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from langgraph_agents import assert_matches_state, hermes, node_of, react_agent
+from server_fixtures import start_server
+
+from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
+from art_agents.capture import ROLLOUT_HEADER
+from art_agents.integrations.langgraph import MissingCallsWarning, rollout_headers, wrap
+
+ANSWER = "The answer is 5."
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Iterator[str]:
+    with start_server(tmp_path_factory.mktemp("art")) as url:
+        yield url
+
+
+@pytest.fixture
+async def backend(server: str) -> AsyncIterator[RemoteBackend]:
+    backend = RemoteBackend(server)
+    yield backend
+    await backend.close()
+
+
+async def scripted_model(backend: RemoteBackend, tiny_model_path: Path, name: str, texts: list[str]) -> TrainableModel:
+    config = ModelConfig(engine="scripted", scripted_responses=texts, default_max_tokens=64)
+    model = TrainableModel(name=name, project="tests", base_model=str(tiny_model_path), config=config)
+    await model.register(backend)
+    return model
+
+
+@pytest.mark.parametrize("constructor", ["create_agent", "create_react_agent"])
+async def test_react_agent_on_the_real_server_captures_and_trains(backend, tiny_model_path, constructor) -> None:
+    model = await scripted_model(backend, tiny_model_path, f"react-{constructor}", [hermes("add", a=2, b=3), ANSWER])
+    agent = wrap(react_agent(model.chat_model(temperature=1.0), constructor), model=model)
+    trajectories = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MissingCallsWarning)  # the server's count matches the capture
+        for reward in (1.0, 0.0):
+            trajectory, state = await agent.ainvoke({"messages": [("user", "What is 2 + 3?")]})
+            trajectory.reward = reward
+            trajectories.append(trajectory)
+    assert_matches_state(trajectory, state["messages"])
+    assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant"]
+    call = trajectory.messages[2].tool_calls[0]
+    assert (call.function.name, trajectory.messages[3].content, trajectory.messages[4].content) == ("add", "5", ANSWER)
+    assert [(t.span, t.policy_step, t.model) for t in trajectory.turns] == [
+        (node_of(constructor), 0, f"{model.name}@0")
+    ] * 2
+    assert all(t.completion_id for t in trajectory.turns)
+
+    result = await model.train([TrajectoryGroup(trajectories)], TrainConfig(), progress=False)
+    assert result.step == 1 and await model.get_step() == 1
+    assert result.metrics["turns_from_store"] == 4 and result.metrics["turns_retokenized"] == 0
+    assert result.metrics["skipped"] == 0
+
+
+async def test_sixteen_concurrent_graph_rollouts_on_the_real_server(backend, tiny_model_path) -> None:
+    model = await scripted_model(backend, tiny_model_path, "concurrent", [ANSWER])
+    agent = wrap(react_agent(model.chat_model(), "create_agent"), model=model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", MissingCallsWarning)
+        results = await asyncio.gather(*(agent.ainvoke({"messages": [("user", f"question {n}")]}) for n in range(16)))
+    for n, (trajectory, state) in enumerate(results):
+        assert_matches_state(trajectory, state["messages"])
+        assert trajectory.messages[1].content == f"question {n}" and len(trajectory.turns) == 1
+    assert len({t.completion_id for trajectory, _ in results for t in trajectory.turns}) == 16
+    async with httpx.AsyncClient(base_url=backend.base_url) as http:
+        counts = [(await http.get(f"/v1/art/rollouts/{t.id}")).json()["completions"] for t, _ in results]
+    assert counts == [1] * 16
+
+
+async def test_a_call_that_bypasses_capture_is_reported(backend, tiny_model_path) -> None:
+    import openai
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    model = await scripted_model(backend, tiny_model_path, "sidecar", [ANSWER])
+    llm = model.chat_model()
+
+    async def answer(state: MessagesState) -> dict:
+        return {"messages": [await llm.ainvoke(state["messages"])]}
+
+    async def audit(state: MessagesState) -> dict:
+        raw = openai.AsyncOpenAI(base_url=model.inference_base_url, api_key="x", default_headers=rollout_headers())
+        await raw.chat.completions.create(model=model.name, messages=[{"role": "user", "content": "audit"}])
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("answer", answer)
+    graph.add_node("audit", audit)
+    graph.add_edge(START, "answer")
+    graph.add_edge("answer", "audit")
+    with pytest.warns(MissingCallsWarning, match=r"answered 2 completions but 1 were captured.*audit \(0 captured\)"):
+        trajectory, _ = await wrap(graph.compile(), model=model).ainvoke({"messages": [("user", "q")]})
+    assert ROLLOUT_HEADER == "x-art-rollout-id" and trajectory.metrics["missing_calls"] == 1
+
+
+async def test_two_prompts_and_a_subgraph_give_two_histories_that_train(backend, tiny_model_path) -> None:
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    model = await scripted_model(backend, tiny_model_path, "two-nodes", ["A short poem.", "Looks good."])
+    llm = model.chat_model()
+
+    async def writer(state: MessagesState) -> dict:
+        return {"messages": [await llm.ainvoke([("system", "You write."), *state["messages"]])]}
+
+    async def critic(state: MessagesState) -> dict:
+        return {"messages": [await llm.ainvoke([("system", "You review."), *state["messages"]])]}
+
+    review = StateGraph(MessagesState)
+    review.add_node("critic", critic)
+    review.add_edge(START, "critic")
+    graph = StateGraph(MessagesState)
+    graph.add_node("writer", writer)
+    graph.add_node("review", review.compile())
+    graph.add_edge(START, "writer")
+    graph.add_edge("writer", "review")
+    agent = wrap(graph.compile(), model=model)
+    trajectories = [(await agent.ainvoke({"messages": [("user", "a poem")]})).trajectory for _ in range(2)]
+    trajectory = trajectories[0]
+    assert [(t.span, t.history) for t in trajectory.turns] == [("writer", 0), ("review/critic", 1)]
+    assert trajectory.additional_histories[0].messages[0].content == "You review."
+    trajectories[0].reward = 1.0
+    result = await model.train([TrajectoryGroup(trajectories)], TrainConfig(), progress=False)
+    assert result.step == 1 and result.metrics["turns_from_store"] == 4
