@@ -190,8 +190,8 @@ async def judge(
     """Ask the judge until it gives a valid answer, at most `max_attempts` requests."""
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    key = JudgeCache.key(judge_model, rubric, messages, response_format or {}) if cache is not None else None
-    if cache is not None and key is not None and (entry := cache.get(key)) is not None:
+    key = JudgeCache.key(judge_model, rubric, messages, response_format or {})
+    if cache is not None and (entry := cache.get(key)) is not None:
         try:
             return Judgement(scores=parse_judgement(entry.content, ids), calls=[JudgeCall(attempt=1, cached=True)])
         except InvalidJudgement:
@@ -218,7 +218,7 @@ async def judge(
             raise RulerError(
                 f"judge {judge_model!r} cannot be called: {type(exc).__name__}: {exc}. Check the model string, "
                 "api_base and api_key (any LiteLLM model string works, e.g. 'openai/gpt-4o-mini' or "
-                "'hosted_vllm/<name>' with api_base)"
+                "'hosted_vllm/<name>' with api_base); pass response_format=None if it rejects JSON schemas"
             ) from exc
         call = _accounting(response, attempt, time.perf_counter() - started)
         calls.append(call)
@@ -232,7 +232,7 @@ async def judge(
                 {"role": "user", "content": _reask(str(exc), ids)},
             ]
             continue
-        if cache is not None and key is not None:
+        if cache is not None:
             cache.put(
                 key,
                 judge_model,

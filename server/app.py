@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,8 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from art_agents.capture import ROLLOUT_HEADER
-from art_agents.server.engine import Sample
-from art_agents.server.service import ArtService, ServiceError
+from art_agents.server.service import ArtService, ServiceError, StreamDelta, StreamItem
 from art_agents.wire import (
     API_PREFIX,
     CheckpointInfo,
@@ -157,12 +157,13 @@ def create_app(
     async def chat_completions(
         body: ChatCompletionRequest, x_art_rollout_id: str | None = Header(None, alias=ROLLOUT_HEADER)
     ) -> Any:
-        response, samples = await service.chat(body.model_dump(exclude_none=True), x_art_rollout_id)
+        request = body.model_dump(exclude_none=True)
         if not body.stream:
-            return response
+            return await service.chat(request, x_art_rollout_id)
+        items = service.chat_stream(request, x_art_rollout_id)
+        first = await anext(items)  # refusals raise here, before any 200 is sent
         include_usage = bool((body.stream_options or {}).get("include_usage"))
-        tokenizer = service.resolve(body.model).engine.tokenizer
-        return StreamingResponse(_sse(response, samples, tokenizer, include_usage), media_type="text/event-stream")
+        return StreamingResponse(_sse(first, items, include_usage), media_type="text/event-stream")
 
     @app.post(f"{API_PREFIX}/models")
     async def register(body: RegisterRequest) -> ModelInfo:
@@ -199,51 +200,52 @@ def create_app(
     return app
 
 
-def _chunk(response: dict[str, Any], choices: list[dict[str, Any]], **extra: Any) -> str:
+def _chunk(completion_id: str, model: str, created: int, choices: list[dict[str, Any]], **extra: Any) -> str:
     body = {
-        "id": response["id"],
+        "id": completion_id,
         "object": "chat.completion.chunk",
-        "created": response["created"],
-        "model": response["model"],
+        "created": created,
+        "model": model,
         "choices": choices,
         **extra,
     }
     return f"data: {json.dumps(body)}\n\n"
 
 
-def _text_pieces(tokenizer: Any, token_ids: list[int], text: str) -> list[str]:
-    """`text` cut at token boundaries, as a token-by-token stream would have sent it."""
-    pieces, sent = [], 0
-    for end in range(1, len(token_ids) + 1):
-        so_far = tokenizer.decode(token_ids[:end], skip_special_tokens=True)
-        if so_far.endswith("\ufffd"):
-            continue  # a multi-byte character is not complete yet
-        upto = min(len(so_far), len(text))
-        if upto > sent:
-            pieces.append(text[sent:upto])
-            sent = upto
-    if sent < len(text):
-        pieces.append(text[sent:])
-    return pieces
+def _delta(index: int, **delta: Any) -> dict[str, Any]:
+    return {"index": index, "delta": delta, "finish_reason": None}
 
 
-async def _sse(
-    response: dict[str, Any], samples: list[Sample], tokenizer: Any, include_usage: bool
-) -> AsyncIterator[str]:
-    """The finished completion as OpenAI stream chunks (generation is batched, so it is sent once done)."""
-    for choice, sample in zip(response["choices"], samples, strict=True):
-        index, message = choice["index"], choice["message"]
-        yield _chunk(response, [{"index": index, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}])
-        if message.get("tool_calls"):
-            if message.get("content"):
+async def _sse(first: StreamItem, items: AsyncIterator[StreamItem], include_usage: bool) -> AsyncIterator[str]:
+    """OpenAI stream chunks: content as it is sampled, then tool calls and the finish of each choice."""
+    created = int(time.time())
+    sent: dict[int, str] = {}
+    item = first
+    try:
+        while isinstance(item, StreamDelta):
+            if item.choice not in sent:
+                sent[item.choice] = ""
                 yield _chunk(
-                    response, [{"index": index, "delta": {"content": message["content"]}, "finish_reason": None}]
+                    item.completion_id, item.model, created, [_delta(item.choice, role="assistant", content="")]
                 )
+            yield _chunk(item.completion_id, item.model, created, [_delta(item.choice, content=item.text)])
+            sent[item.choice] += item.text
+            item = await anext(items)
+    except Exception as exc:  # generation failed after the 200 went out: say so in the stream
+        yield f"data: {json.dumps({'error': {'message': f'{type(exc).__name__}: {exc}', 'type': 'server_error'}})}\n\n"
+        return
+    response, _ = item
+    head = (response["id"], response["model"], created)
+    for choice in response["choices"]:
+        index, message = choice["index"], choice["message"]
+        if index not in sent:
+            yield _chunk(*head, [_delta(index, role="assistant", content="")])
+        rest = (message.get("content") or "")[len(sent.get(index, "")) :]
+        if rest:
+            yield _chunk(*head, [_delta(index, content=rest)])
+        if message.get("tool_calls"):
             calls = [{"index": i, **call} for i, call in enumerate(message["tool_calls"])]
-            yield _chunk(response, [{"index": index, "delta": {"tool_calls": calls}, "finish_reason": None}])
-        else:
-            for piece in _text_pieces(tokenizer, sample.token_ids, message.get("content") or ""):
-                yield _chunk(response, [{"index": index, "delta": {"content": piece}, "finish_reason": None}])
+            yield _chunk(*head, [_delta(index, tool_calls=calls)])
         final = {
             "index": index,
             "delta": {},
@@ -251,7 +253,7 @@ async def _sse(
             "completion_id": choice["completion_id"],
             "token_ids": choice["token_ids"],
         }
-        yield _chunk(response, [final])
+        yield _chunk(*head, [final])
     if include_usage:
-        yield _chunk(response, [], usage=response["usage"])
+        yield _chunk(*head, [], usage=response["usage"])
     yield "data: [DONE]\n\n"

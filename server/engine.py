@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -52,10 +52,16 @@ class Engine(Protocol):
     tokenizer: Any
     step: int
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Sample]: ...
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, on_token: TokenCallback | None = None
+    ) -> list[Sample]: ...
     def load_adapter(self, path: str | Path) -> None: ...
     def paused(self) -> contextlib.AbstractAsyncContextManager[None]: ...
     async def close(self) -> None: ...
+
+
+TokenCallback = Callable[[int, int], None]
+"""Called from the engine's worker thread with (choice index, token id) as each token is sampled."""
 
 
 @dataclass
@@ -63,6 +69,7 @@ class _Request:
     prompt_ids: list[int]
     params: SamplingParams
     future: asyncio.Future[list[Sample]]
+    on_token: TokenCallback | None = None
 
 
 def _device(config: ModelConfig) -> str:
@@ -163,11 +170,14 @@ class TransformersEngine:
         async with self._gate:
             yield
 
-    async def generate(self, prompt_ids: list[int], params: SamplingParams) -> list[Sample]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, on_token: TokenCallback | None = None
+    ) -> list[Sample]:
+        """Sample `params.n` choices; `on_token` (if given) sees each token as it is sampled, for streaming."""
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._run(), name="art-engine")
         future: asyncio.Future[list[Sample]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(list(prompt_ids), params, future))
+        await self._queue.put(_Request(list(prompt_ids), params, future, on_token))
         return await future
 
     async def close(self) -> None:
@@ -248,7 +258,10 @@ class TransformersEngine:
                         continue
                     out_ids[i].append(token)
                     out_lp[i].append(float(logprobs[i, token]))
-                    finish[i], texts[i] = self._check_finish(token, out_ids[i], rows[i][0].params, budget[i])
+                    request, choice = rows[i]
+                    if request.on_token is not None:
+                        request.on_token(choice, token)
+                    finish[i], texts[i] = self._check_finish(token, out_ids[i], request.params, budget[i])
                 step_input = torch.tensor([[t] for t in chosen], device=self.device)
                 attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
                 positions = positions[:, -1:] + 1

@@ -29,9 +29,9 @@ class ScriptedEngine(TransformersEngine):
         return cls(model, tokenizer, config)
 
     def _generate_batch(self, batch: list[_Request]) -> list[list[Sample]]:
-        return [[self._answer(request) for _ in range(request.params.n)] for request in batch]
+        return [[self._answer(request, choice) for choice in range(request.params.n)] for request in batch]
 
-    def _answer(self, request: _Request) -> Sample:
+    def _answer(self, request: _Request, choice: int) -> Sample:
         import torch
 
         text = next(self._texts)
@@ -43,5 +43,8 @@ class ScriptedEngine(TransformersEngine):
         with torch.inference_mode():
             logits = self.model(input_ids=full).logits[0, len(request.prompt_ids) - 1 : -1].float()
         logprobs = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids, device=self.device)[:, None])[:, 0]
+        if request.on_token is not None:
+            for token in ids:
+                request.on_token(choice, token)
         decoded = self._decode(ids[:-1] if finish == "stop" else ids)
         return Sample(token_ids=ids, logprobs=logprobs.tolist(), text=decoded, finish_reason=finish, step=self.step)

@@ -54,6 +54,51 @@ def check_name(value: str, what: str = "model name") -> str:
 
 
 @dataclass
+class StreamDelta:
+    choice: int
+    text: str
+    completion_id: str
+    model: str
+
+
+StreamItem = StreamDelta | tuple[dict[str, Any], list[Sample]]
+
+
+class _IncrementalText:
+    """Decodes one choice token by token, holding back what a stop string or a split character may change."""
+
+    def __init__(self, tokenizer: Any, stop: list[str]) -> None:
+        self.tokenizer, self.stop = tokenizer, [s for s in stop if s]
+        self.ids: list[int] = []
+        self.sent = 0
+
+    def push(self, token: int) -> str:
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return ""  # a multi-byte character is not complete yet
+        if any(s in text[max(0, self.sent - len(s)) :] for s in self.stop):
+            return ""  # a stop string ended the choice; the final message has the exact text
+        safe = len(text) - max((_overlap(text, s) for s in self.stop), default=0)
+        piece, self.sent = text[self.sent : safe], max(self.sent, safe)
+        return piece
+
+
+def _overlap(text: str, stop: str) -> int:
+    """Length of the longest tail of `text` that is a head of `stop`."""
+    return next((k for k in range(min(len(text), len(stop) - 1), 0, -1) if stop.startswith(text[-k:])), 0)
+
+
+@dataclass
+class _ChatPlan:
+    served: ServedModel
+    prompt_ids: list[int]
+    params: SamplingParams
+    tools: list[dict[str, Any]] | None
+    completion_id: str
+
+
+@dataclass
 class ServedModel:
     info: ModelInfo
     model_dir: Path
@@ -100,7 +145,7 @@ class ArtService:
         self.models: dict[str, ServedModel] = {}
         self.rollouts: Counter[str] = Counter()
         self._register_lock = asyncio.Lock()
-        self._training: set[asyncio.Task[None]] = set()  # kept so a step outlives a closed train stream
+        self._background: set[asyncio.Task[Any]] = set()  # work that must outlive a closed response stream
 
     # --- models ---------------------------------------------------------------------------
 
@@ -198,29 +243,25 @@ class ArtService:
 
     # --- chat completions -----------------------------------------------------------------
 
-    async def chat(self, body: dict[str, Any], rollout_id: str | None) -> tuple[dict[str, Any], list[Sample]]:
-        """Generate, record every choice in the token store, and build the OpenAI response."""
+    def _plan(self, body: dict[str, Any]) -> _ChatPlan:
+        """Validate a chat request and render its prompt; refusals are `ServiceError`s."""
         served = self.resolve(body["model"])
-        tokenizer = served.engine.tokenizer
         tools = body.get("tools") if body.get("tool_choice") != "none" else None
         try:
-            prompt_ids = render_prompt_ids(tokenizer, body["messages"], tools)
+            prompt_ids = render_prompt_ids(served.engine.tokenizer, body["messages"], tools)
         except Exception as exc:  # jinja errors: a message shape the chat template rejects
             raise ServiceError(400, f"the chat template could not render these messages: {exc}") from exc
+        config = served.info.config
         params = SamplingParams(
-            max_tokens=body.get("max_completion_tokens")
-            or body.get("max_tokens")
-            or served.info.config.default_max_tokens,
+            max_tokens=body.get("max_completion_tokens") or body.get("max_tokens") or config.default_max_tokens,
             n=body.get("n") or 1,
             temperature=1.0 if body.get("temperature") is None else body["temperature"],
             top_p=1.0 if body.get("top_p") is None else body["top_p"],
             stop=[body["stop"]] if isinstance(body.get("stop"), str) else list(body.get("stop") or []),
             seed=body.get("seed"),
         )
-        if params.n > served.info.config.max_batch_size:
-            raise ServiceError(
-                400, f"n={params.n} exceeds this model's max_batch_size ({served.info.config.max_batch_size})"
-            )
+        if params.n > config.max_batch_size:
+            raise ServiceError(400, f"n={params.n} exceeds this model's max_batch_size ({config.max_batch_size})")
         limit = getattr(served.engine.model.config, "max_position_embeddings", None)
         if limit is not None and len(prompt_ids) + params.max_tokens > limit:
             raise ServiceError(
@@ -228,59 +269,92 @@ class ArtService:
                 f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the model's context "
                 f"of {limit} tokens; shorten the conversation or lower max_tokens",
             )
-        samples = await served.engine.generate(prompt_ids, params)
-        completion_id = f"chatcmpl-{uuid.uuid4().hex}"
-        step = samples[0].step
-        served_as = f"{served.info.name}@{step}"
-        ids = [completion_id if i == 0 else f"{completion_id}-{i}" for i in range(len(samples))]
+        return _ChatPlan(served, prompt_ids, params, tools, f"chatcmpl-{uuid.uuid4().hex}")
+
+    async def chat(self, body: dict[str, Any], rollout_id: str | None) -> dict[str, Any]:
+        """Generate, record every choice in the token store, and build the OpenAI response."""
+        response, _ = await self._complete(self._plan(body), rollout_id, None)
+        return response
+
+    async def chat_stream(self, body: dict[str, Any], rollout_id: str | None) -> AsyncIterator[StreamItem]:
+        """Text deltas `(choice, text)` as tokens are sampled, then the recorded `(response, samples)`.
+
+        Refusals raise before the first item. Content is streamed as it is generated, minus any tail
+        that could still turn into a stop string; with tools, the message is sent once it can be
+        parsed. The completion is generated and recorded by a task of its own, so a client that
+        hangs up mid-stream still leaves a complete token record behind its completion id.
+        """
+        plan = self._plan(body)
+        loop = asyncio.get_running_loop()
+        tokens: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
+
+        def on_token(choice: int, token: int) -> None:
+            loop.call_soon_threadsafe(tokens.put_nowait, (choice, token))
+
+        task = asyncio.create_task(self._complete(plan, rollout_id, None if plan.tools else on_token))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        task.add_done_callback(lambda _: tokens.put_nowait(None))
+        if not plan.tools:
+            decoders = [_IncrementalText(plan.served.engine.tokenizer, plan.params.stop) for _ in range(plan.params.n)]
+            while (item := await tokens.get()) is not None:
+                choice, token = item
+                if text := decoders[choice].push(token):
+                    served_as = f"{plan.served.info.name}@{plan.served.step}"  # the step is fixed while a batch runs
+                    yield StreamDelta(choice, text, plan.completion_id, served_as)
+        yield await task
+
+    async def _complete(
+        self, plan: _ChatPlan, rollout_id: str | None, on_token: Any
+    ) -> tuple[dict[str, Any], list[Sample]]:
+        served, tokenizer = plan.served, plan.served.engine.tokenizer
+        samples = await served.engine.generate(plan.prompt_ids, plan.params, on_token)
+        ids = [plan.completion_id if i == 0 else f"{plan.completion_id}-{i}" for i in range(len(samples))]
         records = [
             TokenRecord(
                 completion_id=cid,
                 model=served.info.name,
                 policy_step=s.step,
-                prompt_ids=prompt_ids,
+                prompt_ids=plan.prompt_ids,
                 completion_ids=s.token_ids,
                 logprobs=s.logprobs,
             )
             for cid, s in zip(ids, samples, strict=True)
         ]
-        await asyncio.to_thread(served.store.add_many, records)  # on disk before anyone sees the id
+        await asyncio.to_thread(served.store.add_many, records)  # on disk before the id is complete anywhere
         if rollout_id:
             self.rollouts[rollout_id] += 1
         choices = []
         for index, (cid, sample) in enumerate(zip(ids, samples, strict=True)):
-            message = (
-                parse_assistant(tokenizer, sample.text) if tools else {"role": "assistant", "content": sample.text}
-            )
-            finish = (
-                "tool_calls" if message.get("tool_calls") and sample.finish_reason == "stop" else sample.finish_reason
-            )
+            if plan.tools:
+                message = parse_assistant(tokenizer, sample.text)
+            else:
+                message = {"role": "assistant", "content": sample.text}
+            tool_finish = message.get("tool_calls") and sample.finish_reason == "stop"
+            logprobs = [
+                _token_logprob(tokenizer, t, lp) for t, lp in zip(sample.token_ids, sample.logprobs, strict=True)
+            ]
             choices.append(
                 {
                     "index": index,
                     "message": message,
-                    "finish_reason": finish,
-                    "logprobs": {
-                        "content": [
-                            _token_logprob(tokenizer, t, lp)
-                            for t, lp in zip(sample.token_ids, sample.logprobs, strict=True)
-                        ]
-                    },
+                    "finish_reason": "tool_calls" if tool_finish else sample.finish_reason,
+                    "logprobs": {"content": logprobs},
                     "completion_id": cid,
                     "token_ids": sample.token_ids,
                 }
             )
         completion_tokens = sum(len(s.token_ids) for s in samples)
         response = {
-            "id": completion_id,
+            "id": plan.completion_id,
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": served_as,
+            "model": f"{served.info.name}@{samples[0].step}",
             "choices": choices,
             "usage": {
-                "prompt_tokens": len(prompt_ids),
+                "prompt_tokens": len(plan.prompt_ids),
                 "completion_tokens": completion_tokens,
-                "total_tokens": len(prompt_ids) + completion_tokens,
+                "total_tokens": len(plan.prompt_ids) + completion_tokens,
             },
         }
         return response, samples
@@ -297,8 +371,8 @@ class ArtService:
         _check_request(request)
         events: asyncio.Queue[TrainEvent | BaseException | None] = asyncio.Queue()
         task = asyncio.create_task(self._train(served, request, events), name=f"train-{name}")
-        self._training.add(task)
-        task.add_done_callback(self._training.discard)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
         started = False
         try:
             while True:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 from ruler_fixtures import SYSTEM, conversation
@@ -42,6 +44,8 @@ def test_tools_shown_once_when_shared_and_per_trajectory_when_not() -> None:
     mixed = render_judge_messages(lists, IDS, "r", tools=[[TOOL], [other], None])[1]["content"]
     assert mixed.count('"name": "add"') == 1 and mixed.count('"name": "mul"') == 1
     assert mixed.index('"name": "mul"') > mixed.index('<trajectory id="t2">')
+    full = render_judge_messages(lists, IDS, "r", tools=[[TOOL]] * 3, dedup_prefix=False)[1]["content"]
+    assert full.count('"name": "add"') == 3
 
 
 def test_order_changes_presentation_not_ids() -> None:
@@ -120,3 +124,9 @@ def test_kendall_tau() -> None:
     assert kendall_tau([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]) == 0.0
     assert kendall_tau([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(4 / 6)
     assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / (2 * 3) ** 0.5)
+
+
+def test_importing_ruler_does_not_import_litellm() -> None:
+    code = "import sys, art_agents.ruler; print('litellm' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

@@ -115,3 +115,9 @@ async def test_an_unreachable_judge_names_the_endpoint_problem() -> None:
             timeout=2,
             cache_dir=None,
         )
+
+
+async def test_a_judge_that_cannot_be_called_fails_at_once_with_the_fix_named() -> None:
+    with pytest.raises(RulerError, match="cannot be called") as error:
+        await ruler_score_group(make_group([0.4, 0.2]), judge_model="no-such-provider/judge", cache_dir=None)
+    assert "Check the model string, api_base and api_key" in str(error.value)

@@ -151,3 +151,20 @@ def test_fresh_server_fixture_is_healthy_and_empty(server_url: str) -> None:
     health = httpx.get(f"{server_url}/health").json()
     assert health == {"status": "ok", "models": {}}
     assert httpx.get(f"{server_url}/openapi.json").json()["info"]["title"] == "art-agents server"
+
+
+def test_stream_is_incremental_and_never_leaks_a_stop_string(client: openai.OpenAI) -> None:
+    full = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=24, seed=5).choices[0]
+    text = full.message.content
+    assert len(text) > 12, text
+    stop = text[8:11]
+    expected = text[: text.index(stop)]
+    stopped = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=24, seed=5, stop=[stop])
+    assert stopped.choices[0].message.content == expected and stopped.choices[0].finish_reason == "stop"
+    chunks = list(
+        client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=24, seed=5, stop=[stop], stream=True)
+    )
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == expected
+    assert len(pieces) > 2  # sent token by token, not in one piece at the end
+    assert chunks[-1].choices[0].finish_reason == "stop"

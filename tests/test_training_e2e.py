@@ -74,8 +74,9 @@ async def test_kill_9_during_training_then_restart_and_retry(tiny_model_path: Pa
     finally:
         await backend.close()
 
-    restarted = LocalBackend(art_path)
-    try:
+    # restart on the same folder (in-process this time: only the killed server needed to be a child process)
+    with start_server(art_path) as url:
+        restarted = RemoteBackend(url)
         await model.register(restarted)
         assert await model.get_step() == 1  # the last good step, not the interrupted one
         client = model.openai_client()
@@ -90,5 +91,4 @@ async def test_kill_9_during_training_then_restart_and_retry(tiny_model_path: Pa
         model_dir = art_path / "e2e" / "models" / "sturdy"
         assert sorted(p.name for p in (model_dir / "checkpoints").iterdir() if not p.name.startswith(".")) == ["0000", "0001", "0002"]
         assert [json.loads(line)["step"] for line in (model_dir / "history.jsonl").read_text().splitlines()] == [1, 2]
-    finally:
         await restarted.close()

@@ -1,0 +1,170 @@
+"""GRPO step time: art-agents' PolicyTrainer vs TRL's GRPOTrainer, same tiny model, LoRA and batch, on CPU.
+
+Both sides train the same token batch (G groups x N completions of fixed prompt and completion
+lengths, same rewards) with the same LoRA config, loss (`grpo`, beta 0), micro-batch size and
+AdamW. Ours is timed for the whole `PolicyTrainer.train` call (token-store lookups, advantages,
+sequence building, forward/backward, clipping, optimizer step); TRL's for its own loss
+(`GRPOTrainer.compute_loss` on prepared inputs, which is what its training step runs once the
+completions exist), backward, clipping and optimizer step. Generation is excluded on both sides.
+
+    python benchmarks/grpo_step.py [--groups 4] [--group-size 8] [--completion-tokens 32] [--steps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+def make_batch(tokenizer: Any, groups: int, group_size: int, completion_tokens: int, seed: int = 0) -> list[dict[str, Any]]:
+    """Rows of prompt ids, completion ids (random, fixed length, ending in eos) and a reward, group-major."""
+    import random
+
+    from art_agents.server.chat_format import render_prompt_ids
+
+    rng = random.Random(seed)
+    vocab = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids]
+    rows = []
+    for g in range(groups):
+        prompt = render_prompt_ids(tokenizer, [{"role": "user", "content": f"Task {g}: write something about the number {g}."}], None)
+        for _ in range(group_size):
+            completion = [rng.choice(vocab) for _ in range(completion_tokens - 1)] + [tokenizer.eos_token_id]
+            rows.append({"group": g, "prompt_ids": prompt, "completion_ids": completion, "reward": rng.random()})
+    return rows
+
+
+def lora_model(path: Path) -> Any:
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    return get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
+
+
+def time_ours(model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro_batch_size: int, steps: int, work: Path) -> list[float]:
+    from art_agents.capture import record_completion
+    from art_agents.server.token_store import TokenRecord, TokenStore
+    from art_agents.server.trainer import PolicyTrainer
+    from art_agents.train_config import TrainConfig
+    from art_agents.trajectory import Trajectory, TrajectoryGroup
+
+    store = TokenStore(work / "store.sqlite")
+    by_group: dict[int, list[Trajectory]] = {}
+    for row in rows:
+        cid = f"chatcmpl-{uuid.uuid4().hex}"
+        completion = row["completion_ids"]
+        store.add(
+            TokenRecord(
+                completion_id=cid, model="bench", policy_step=0, prompt_ids=row["prompt_ids"],
+                completion_ids=completion, logprobs=[-1.0] * len(completion),
+            )
+        )  # fmt: skip
+        trajectory = Trajectory(reward=row["reward"])
+        request = [{"role": "user", "content": "x"}]
+        record_completion(request, {"role": "assistant", "content": tokenizer.decode(completion)}, completion_id=cid, trajectory=trajectory)
+        by_group.setdefault(row["group"], []).append(trajectory)
+    groups = [TrajectoryGroup(ts) for ts in by_group.values()]
+    trainer = PolicyTrainer(lora_model(model_path), tokenizer, store)
+    config = TrainConfig(learning_rate=1e-4, micro_batch_size=micro_batch_size, max_completion_tokens=len(rows[0]["completion_ids"]))
+    times = []
+    for _ in range(steps + 1):  # the first is a warm-up
+        start = time.perf_counter()
+        trainer.train(groups, config)
+        times.append(time.perf_counter() - start)
+    return times[1:]
+
+
+def time_trl(model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro_batch_size: int, group_size: int, steps: int, work: Path) -> list[float]:
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    args = GRPOConfig(
+        output_dir=str(work / "trl"), use_cpu=True, bf16=False, per_device_train_batch_size=micro_batch_size,
+        num_generations=group_size, max_completion_length=len(rows[0]["completion_ids"]), learning_rate=1e-4,
+        beta=0.0, loss_type="grpo", max_grad_norm=1.0, report_to=[], logging_steps=1_000_000,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=base,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["x"] * group_size}),
+        processing_class=tokenizer,
+        peft_config=LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"),
+    )
+    model = trainer.model
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.0)
+    rewards = torch.tensor([r["reward"] for r in rows]).view(-1, group_size)
+    advantages = ((rewards - rewards.mean(1, keepdim=True)) / rewards.std(1, unbiased=False, keepdim=True)).flatten()
+    micro_batches = []
+    for start in range(0, len(rows), micro_batch_size):
+        chunk = rows[start : start + micro_batch_size]
+        prompt = torch.tensor([r["prompt_ids"] for r in chunk])  # one prompt length per group: no padding needed
+        completion = torch.tensor([r["completion_ids"] for r in chunk])
+        micro_batches.append(
+            {
+                "prompt_ids": prompt, "prompt_mask": torch.ones_like(prompt), "completion_ids": completion,
+                "completion_mask": torch.ones_like(completion), "advantages": advantages[start : start + micro_batch_size],
+            }
+        )  # fmt: skip
+    trainer.current_gradient_accumulation_steps = len(micro_batches)
+    times = []
+    for _ in range(steps + 1):
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        for inputs in micro_batches:
+            trainer.compute_loss(model, inputs).backward()
+        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        optimizer.step()
+        times.append(time.perf_counter() - start)
+    return times[1:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--completion-tokens", type=int, default=32)
+    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=5)
+    options = parser.parse_args()
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from art_agents.server.tiny_model import build_tiny_model
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model_path = build_tiny_model(work / "tiny")
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        rows = make_batch(tokenizer, options.groups, options.group_size, options.completion_tokens)
+        print(
+            f"batch: {options.groups} groups x {options.group_size} completions, prompt {len(rows[0]['prompt_ids'])} + "
+            f"completion {options.completion_tokens} tokens, micro-batch {options.micro_batch_size}, CPU threads {torch.get_num_threads()}"
+        )
+        ours = time_ours(model_path, tokenizer, rows, options.micro_batch_size, options.steps, work)
+        trl = time_trl(model_path, tokenizer, rows, options.micro_batch_size, options.group_size, options.steps, work)
+    ours_s, trl_s = statistics.median(ours), statistics.median(trl)
+    print(f"art-agents PolicyTrainer.train: median {ours_s * 1000:.1f} ms/step over {len(ours)} steps")
+    print(f"TRL GRPOTrainer loss+backward+step: median {trl_s * 1000:.1f} ms/step over {len(trl)} steps")
+    print(f"ratio (ours / TRL): {ours_s / trl_s:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
