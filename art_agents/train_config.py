@@ -33,11 +33,18 @@ class TrainConfig(Schema):
     epsilon_high: float | None = Field(
         None, ge=0, description="Upper clip range: 1 + epsilon_high. None means `epsilon` (DAPO uses 0.28)."
     )
-    beta: float = Field(0.0, ge=0, description="KL penalty against the base model (k3 estimator); 0 skips it.")
+    beta: float = Field(0.0, ge=0, description="Per-token KL penalty vs the base model (adapter off; k3); 0 skips it.")
     scale_rewards: bool = Field(
-        True, description="Divide advantages by the group's reward std (GRPO); off for Dr. GRPO."
+        True, description="Divide advantages by the group's reward std (population std) (GRPO); off for Dr. GRPO."
     )
-    num_iterations: int = Field(1, ge=1, description="Optimizer passes over the batch (mu in the GRPO paper).")
+    num_iterations: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Optimizer steps on the same batch per train call (mu in the GRPO paper); importance ratios are taken "
+            "against the policy at the start of the call, so with 1 the ratio is 1 (plain policy gradient)."
+        ),
+    )
     micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass; gradients accumulate.")
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")

@@ -17,13 +17,16 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
-def make_batch(tokenizer: Any, groups: int, group_size: int, completion_tokens: int, seed: int = 0) -> list[dict[str, Any]]:
+def make_batch(
+    tokenizer: Any, groups: int, group_size: int, completion_tokens: int, seed: int = 0
+) -> list[dict[str, Any]]:
     """Rows of prompt ids, completion ids (random, fixed length, ending in eos) and a reward, group-major."""
     import random
 
@@ -33,7 +36,9 @@ def make_batch(tokenizer: Any, groups: int, group_size: int, completion_tokens: 
     vocab = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids]
     rows = []
     for g in range(groups):
-        prompt = render_prompt_ids(tokenizer, [{"role": "user", "content": f"Task {g}: write something about the number {g}."}], None)
+        prompt = render_prompt_ids(
+            tokenizer, [{"role": "user", "content": f"Task {g}: write something about the number {g}."}], None
+        )
         for _ in range(group_size):
             completion = [rng.choice(vocab) for _ in range(completion_tokens - 1)] + [tokenizer.eos_token_id]
             rows.append({"group": g, "prompt_ids": prompt, "completion_ids": completion, "reward": rng.random()})
@@ -50,7 +55,9 @@ def lora_model(path: Path) -> Any:
     return get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
 
 
-def time_ours(model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro_batch_size: int, steps: int, work: Path) -> list[float]:
+def ours_step(
+    model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro_batch_size: int, work: Path
+) -> Callable[[], None]:
     from art_agents.capture import record_completion
     from art_agents.server.token_store import TokenRecord, TokenStore
     from art_agents.server.trainer import PolicyTrainer
@@ -70,20 +77,30 @@ def time_ours(model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micr
         )  # fmt: skip
         trajectory = Trajectory(reward=row["reward"])
         request = [{"role": "user", "content": "x"}]
-        record_completion(request, {"role": "assistant", "content": tokenizer.decode(completion)}, completion_id=cid, trajectory=trajectory)
+        record_completion(
+            request,
+            {"role": "assistant", "content": tokenizer.decode(completion)},
+            completion_id=cid,
+            trajectory=trajectory,
+        )
         by_group.setdefault(row["group"], []).append(trajectory)
     groups = [TrajectoryGroup(ts) for ts in by_group.values()]
     trainer = PolicyTrainer(lora_model(model_path), tokenizer, store)
-    config = TrainConfig(learning_rate=1e-4, micro_batch_size=micro_batch_size, max_completion_tokens=len(rows[0]["completion_ids"]))
-    times = []
-    for _ in range(steps + 1):  # the first is a warm-up
-        start = time.perf_counter()
-        trainer.train(groups, config)
-        times.append(time.perf_counter() - start)
-    return times[1:]
+    config = TrainConfig(
+        learning_rate=1e-4, micro_batch_size=micro_batch_size, max_completion_tokens=len(rows[0]["completion_ids"])
+    )
+    return lambda: trainer.train(groups, config)
 
 
-def time_trl(model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro_batch_size: int, group_size: int, steps: int, work: Path) -> list[float]:
+def trl_step(
+    model_path: Path,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    micro_batch_size: int,
+    group_size: int,
+    work: Path,
+    checkpointing: bool,
+) -> Callable[[], None]:
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -96,6 +113,7 @@ def time_trl(model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro
         output_dir=str(work / "trl"), use_cpu=True, bf16=False, per_device_train_batch_size=micro_batch_size,
         num_generations=group_size, max_completion_length=len(rows[0]["completion_ids"]), learning_rate=1e-4,
         beta=0.0, loss_type="grpo", max_grad_norm=1.0, report_to=[], logging_steps=1_000_000,
+        gradient_checkpointing=checkpointing,
     )  # fmt: skip
     trainer = GRPOTrainer(
         model=base,
@@ -122,16 +140,21 @@ def time_trl(model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro
             }
         )  # fmt: skip
     trainer.current_gradient_accumulation_steps = len(micro_batches)
-    times = []
-    for _ in range(steps + 1):
-        start = time.perf_counter()
+
+    def step() -> None:
         optimizer.zero_grad(set_to_none=True)
         for inputs in micro_batches:
             trainer.compute_loss(model, inputs).backward()
         torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
         optimizer.step()
-        times.append(time.perf_counter() - start)
-    return times[1:]
+
+    return step
+
+
+def timed(step: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    step()
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -141,6 +164,10 @@ def main() -> None:
     parser.add_argument("--completion-tokens", type=int, default=32)
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument(
+        "--trl-gradient-checkpointing", action="store_true",
+        help="TRL's own default (on); off by default here because PolicyTrainer does not checkpoint activations",
+    )  # fmt: skip
     options = parser.parse_args()
 
     import torch
@@ -148,7 +175,6 @@ def main() -> None:
 
     from art_agents.server.tiny_model import build_tiny_model
 
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model_path = build_tiny_model(work / "tiny")
@@ -158,11 +184,27 @@ def main() -> None:
             f"batch: {options.groups} groups x {options.group_size} completions, prompt {len(rows[0]['prompt_ids'])} + "
             f"completion {options.completion_tokens} tokens, micro-batch {options.micro_batch_size}, CPU threads {torch.get_num_threads()}"
         )
-        ours = time_ours(model_path, tokenizer, rows, options.micro_batch_size, options.steps, work)
-        trl = time_trl(model_path, tokenizer, rows, options.micro_batch_size, options.group_size, options.steps, work)
+        run_ours = ours_step(model_path, tokenizer, rows, options.micro_batch_size, work)
+        run_trl = trl_step(
+            model_path,
+            tokenizer,
+            rows,
+            options.micro_batch_size,
+            options.group_size,
+            work,
+            options.trl_gradient_checkpointing,
+        )
+        run_ours(), run_trl()  # warm-up
+        ours, trl = [], []
+        for _ in range(options.steps):  # interleaved, so load changes on a shared machine hit both sides alike
+            ours.append(timed(run_ours))
+            trl.append(timed(run_trl))
     ours_s, trl_s = statistics.median(ours), statistics.median(trl)
     print(f"art-agents PolicyTrainer.train: median {ours_s * 1000:.1f} ms/step over {len(ours)} steps")
-    print(f"TRL GRPOTrainer loss+backward+step: median {trl_s * 1000:.1f} ms/step over {len(trl)} steps")
+    checkpointing = "on" if options.trl_gradient_checkpointing else "off"
+    print(
+        f"TRL GRPOTrainer loss+backward+step (gradient checkpointing {checkpointing}): median {trl_s * 1000:.1f} ms/step over {len(trl)} steps"
+    )
     print(f"ratio (ours / TRL): {ours_s / trl_s:.2f}x")
 
 

@@ -97,7 +97,9 @@ def delete_checkpoints(model_dir: str | Path, steps: list[int] | None = None) ->
     if not existing:
         return []
     latest = existing[-1]
-    doomed = [s for s in existing if s not in (0, latest)] if steps is None else [s for s in existing if s in set(steps)]
+    doomed = (
+        [s for s in existing if s not in (0, latest)] if steps is None else [s for s in existing if s in set(steps)]
+    )
     deleted = []
     for step in doomed:
         if step == latest:

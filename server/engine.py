@@ -14,6 +14,7 @@ arrive meanwhile wait in the queue and are served by the new step.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 from collections.abc import AsyncIterator, Callable
@@ -142,7 +143,8 @@ class TransformersEngine:
         # transformers 5.2x renamed `past_key_values` to `cache` (argument and output); use what this model takes
         forward = inspect.signature(model.get_base_model().forward).parameters
         self._cache_kw = "cache" if "cache" in forward else "past_key_values"
-        self._queue: asyncio.Queue[_Request] = asyncio.Queue()
+        self._pending: collections.deque[_Request] = collections.deque()
+        self._wakeup = asyncio.Event()
         self._gate = asyncio.Lock()  # held by a running batch or by training
         self._worker: asyncio.Task[None] | None = None
 
@@ -177,7 +179,8 @@ class TransformersEngine:
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._run(), name="art-engine")
         future: asyncio.Future[list[Sample]] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Request(list(prompt_ids), params, future, on_token))
+        self._pending.append(_Request(list(prompt_ids), params, future, on_token))
+        self._wakeup.set()
         return await future
 
     async def close(self) -> None:
@@ -189,11 +192,14 @@ class TransformersEngine:
 
     async def _run(self) -> None:
         while True:
-            batch = [await self._queue.get()]
+            if not self._pending:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
             await asyncio.sleep(0)  # let requests made in the same tick join this batch
-            rows = batch[0].params.n
-            while not self._queue.empty() and rows + self._queue._queue[0].params.n <= self.config.max_batch_size:  # type: ignore[attr-defined]
-                request = self._queue.get_nowait()
+            batch, rows = [], 0
+            while self._pending and (not batch or rows + self._pending[0].params.n <= self.config.max_batch_size):
+                request = self._pending.popleft()
                 batch.append(request)
                 rows += request.params.n
             async with self._gate:

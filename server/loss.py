@@ -30,7 +30,9 @@ class BatchTotals:
     tokens: int
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def token_logprobs(
+    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Logprob of each token given its prefix, and the logits that predicted it.
 
     Column j of the result is token j + 1 (token 0 has no prefix); callers shift the mask to match.

@@ -70,7 +70,12 @@ async def rollout_groups(
 
 
 async def train_toy_task(
-    model: TrainableModel, steps: int, config: TrainConfig = TOY_CONFIG, *, rollouts: int = ROLLOUTS_PER_GROUP, echo: bool = True
+    model: TrainableModel,
+    steps: int,
+    config: TrainConfig = TOY_CONFIG,
+    *,
+    rollouts: int = ROLLOUTS_PER_GROUP,
+    echo: bool = True,
 ) -> list[float]:
     """Alternate rollouts and GRPO steps; returns the mean reward at steps 0..steps (the last one is not trained on)."""
     rewards: list[float] = []
@@ -111,7 +116,9 @@ async def _quickstart(steps: int, art_path: Path) -> list[float]:
     print(f"tiny model: {base}")
     backend = LocalBackend(art_path)
     try:
-        model = TrainableModel(name="quickstart", project="quickstart", base_model=str(base.resolve()), config=TOY_MODEL_CONFIG)
+        model = TrainableModel(
+            name="quickstart", project="quickstart", base_model=str(base.resolve()), config=TOY_MODEL_CONFIG
+        )
         await model.register(backend)
         first_step = await model.get_step()
         print(f"serving {model.name}@{first_step} at {backend.base_url}; reward = fraction of '{TARGET}' in the reply")

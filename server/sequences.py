@@ -87,7 +87,9 @@ def build_sequences(
     records = store.get_many(ids)
     missing = [cid for cid in dict.fromkeys(ids) if cid not in records]
     if missing:
-        shown = ", ".join(repr(cid) for cid in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+        shown = ", ".join(repr(cid) for cid in missing[:5]) + (
+            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        )
         raise TrainingInputError(
             f"completion id(s) {shown} are not in this model's token store; train only on completions this server "
             "sampled for this model (or clear turn.completion_id to have the turn re-tokenized)"
@@ -133,7 +135,9 @@ def _turn_tokens(
     if turn.completion_id is not None:
         record = records[turn.completion_id]
         stats.turns_from_store += 1
-        return _TurnTokens(list(record.prompt_ids), list(record.completion_ids), list(record.logprobs), turn.completion_id)
+        return _TurnTokens(
+            list(record.prompt_ids), list(record.completion_ids), list(record.logprobs), turn.completion_id
+        )
     stats.turns_retokenized += 1
     return _retokenize(trajectory, turn, tokenizer)
 

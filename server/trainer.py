@@ -51,7 +51,9 @@ class PolicyTrainer:
             return copy.deepcopy(self._initial_state) if self._initial_state else {}
         return self._optimizer.state_dict()
 
-    def train(self, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress | None = None) -> dict[str, float]:
+    def train(
+        self, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress | None = None
+    ) -> dict[str, float]:
         """One train call: `config.num_iterations` optimizer steps on the groups; returns the step's metrics."""
         started = time.perf_counter()
         _check_groups(groups)
@@ -82,7 +84,9 @@ class PolicyTrainer:
         metrics["train_s"] = time.perf_counter() - started
         return metrics
 
-    def _optimize(self, sequences: list[TrainSequence], config: TrainConfig, progress: Progress | None) -> dict[str, float]:
+    def _optimize(
+        self, sequences: list[TrainSequence], config: TrainConfig, progress: Progress | None
+    ) -> dict[str, float]:
         import torch
 
         optimizer = self._optimizer_for(config)
@@ -94,7 +98,14 @@ class PolicyTrainer:
         old = self._no_grad_logprobs(batches) if config.num_iterations > 1 else None
         ref = self._no_grad_logprobs(batches, base=True) if config.beta > 0 else None
         total_work, done = len(sequences) * config.num_iterations, 0
-        sums = {"loss": 0.0, "clipped_tokens": 0.0, "kl_sum": 0.0, "gap_sum": 0.0, "gap_tokens": 0.0, "entropy_sum": 0.0}
+        sums = {
+            "loss": 0.0,
+            "clipped_tokens": 0.0,
+            "kl_sum": 0.0,
+            "gap_sum": 0.0,
+            "gap_tokens": 0.0,
+            "entropy_sum": 0.0,
+        }
         grad_norm = 0.0
         try:
             self.model.train()
@@ -105,7 +116,13 @@ class PolicyTrainer:
                     logps, logits = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
                     old_logps = logps.detach() if old is None else old[b]
                     loss, batch_sums = policy_loss(
-                        logps, old_logps, batch["advantages"], batch["mask"], config, totals, None if ref is None else ref[b]
+                        logps,
+                        old_logps,
+                        batch["advantages"],
+                        batch["mask"],
+                        config,
+                        totals,
+                        None if ref is None else ref[b],
                     )
                     loss.backward()
                     loss_sum += float(loss.detach())
@@ -141,7 +158,12 @@ class PolicyTrainer:
         return {k: v for k, v in metrics.items() if not (isinstance(v, float) and math.isnan(v))}
 
     def _first_pass_sums(
-        self, sums: dict[str, float], batch: dict[str, Any], old_logps: torch.Tensor, logits: torch.Tensor, batch_sums: dict[str, float]
+        self,
+        sums: dict[str, float],
+        batch: dict[str, Any],
+        old_logps: torch.Tensor,
+        logits: torch.Tensor,
+        batch_sums: dict[str, float],
     ) -> None:
         """Metrics of the policy at the start of the step: entropy, clipping, KL, sampler gap."""
         import torch

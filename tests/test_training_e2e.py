@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from server_fixtures import start_server, tiny_model_path  # noqa: F401 - fixture
+from server_fixtures import start_server
 
 from art_agents.backend import LocalBackend, RemoteBackend
 from art_agents.errors import ArtError
@@ -22,7 +22,7 @@ def store_of(art_path: Path, model: TrainableModel) -> TokenStore:
     return TokenStore(art_path / model.project / "models" / model.name / "tokens" / "store.sqlite")
 
 
-async def test_toy_reward_doubles_and_trains_the_sampled_tokens(tiny_model_path: Path, tmp_path: Path) -> None:  # noqa: F811
+async def test_toy_reward_doubles_and_trains_the_sampled_tokens(tiny_model_path: Path, tmp_path: Path) -> None:
     art_path = tmp_path / "art"
     with start_server(art_path) as url:
         backend = RemoteBackend(url)
@@ -46,13 +46,16 @@ async def test_toy_reward_doubles_and_trains_the_sampled_tokens(tiny_model_path:
         # then the toy task: the reward at the last step is at least twice that of step 0
         rewards = await train_toy_task(model, steps=8, echo=False)
         assert rewards[-1] >= 2 * rewards[0], rewards
-        history = [json.loads(line) for line in (art_path / "e2e" / "models" / "toy" / "history.jsonl").read_text().splitlines()]
+        history = [
+            json.loads(line)
+            for line in (art_path / "e2e" / "models" / "toy" / "history.jsonl").read_text().splitlines()
+        ]
         assert [row["step"] for row in history] == list(range(1, len(history) + 1))
         assert history[0]["config"] == TOY_CONFIG.model_dump(mode="json")  # every step logs its full config
         await backend.close()
 
 
-async def test_kill_9_during_training_then_restart_and_retry(tiny_model_path: Path, tmp_path: Path) -> None:  # noqa: F811
+async def test_kill_9_during_training_then_restart_and_retry(tiny_model_path: Path, tmp_path: Path) -> None:
     art_path = tmp_path / "art"
     model = TrainableModel(name="sturdy", project="e2e", base_model=str(tiny_model_path), config=TOY_MODEL_CONFIG)
     backend = LocalBackend(art_path)
@@ -65,7 +68,9 @@ async def test_kill_9_during_training_then_restart_and_retry(tiny_model_path: Pa
         await client.close()
         rows_before = store_of(art_path, model).count()
 
-        slow = TrainConfig(learning_rate=1e-3, micro_batch_size=1, num_iterations=200)  # long enough to be killed mid-step
+        slow = TrainConfig(
+            learning_rate=1e-3, micro_batch_size=1, num_iterations=200
+        )  # long enough to be killed mid-step
         with pytest.raises(ArtError, match="retried"):
             async for event in backend.train_events(model, groups, slow):
                 if event.type == "progress":
@@ -80,15 +85,23 @@ async def test_kill_9_during_training_then_restart_and_retry(tiny_model_path: Pa
         await model.register(restarted)
         assert await model.get_step() == 1  # the last good step, not the interrupted one
         client = model.openai_client()
-        reply = await client.chat.completions.create(model=model.name, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        reply = await client.chat.completions.create(
+            model=model.name, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
         assert reply.model == "sturdy@1"
         assert store_of(art_path, model).count() == rows_before + 1  # no row lost (+ the reply just made)
         result = await model.train(groups, TOY_CONFIG, progress=False)  # the interrupted call, retried
         assert result.step == 2 and await model.get_step() == 2
-        reply = await client.chat.completions.create(model=model.name, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        reply = await client.chat.completions.create(
+            model=model.name, messages=[{"role": "user", "content": "hi"}], max_tokens=2
+        )
         assert reply.model == "sturdy@2"
         await client.close()
         model_dir = art_path / "e2e" / "models" / "sturdy"
-        assert sorted(p.name for p in (model_dir / "checkpoints").iterdir() if not p.name.startswith(".")) == ["0000", "0001", "0002"]
+        assert sorted(p.name for p in (model_dir / "checkpoints").iterdir() if not p.name.startswith(".")) == [
+            "0000",
+            "0001",
+            "0002",
+        ]
         assert [json.loads(line)["step"] for line in (model_dir / "history.jsonl").read_text().splitlines()] == [1, 2]
         await restarted.close()

@@ -67,14 +67,26 @@ def test_loss_matches_reference(config: TrainConfig) -> None:
     mask = torch.tensor(MASK, dtype=torch.bool)
     totals = BatchTotals(sequences=len(MASK), tokens=int(mask.sum()))
     loss, sums = policy_loss(
-        batch["logps"], batch["old"], torch.tensor(ADVANTAGES, dtype=torch.float64), mask, config, totals, ref_logps=batch["ref"]
+        batch["logps"],
+        batch["old"],
+        torch.tensor(ADVANTAGES, dtype=torch.float64),
+        mask,
+        config,
+        totals,
+        ref_logps=batch["ref"],
     )
     assert float(loss) == pytest.approx(_reference(config, batch), abs=1e-5)
     assert sums["clipped_tokens"] > 0  # the batch really exercises clipping
     # micro-batching: the parts of a step sum to the whole-batch loss
     parts = [
         policy_loss(
-            batch["logps"][s], batch["old"][s], torch.tensor(ADVANTAGES, dtype=torch.float64)[s], mask[s], config, totals, ref_logps=batch["ref"][s]
+            batch["logps"][s],
+            batch["old"][s],
+            torch.tensor(ADVANTAGES, dtype=torch.float64)[s],
+            mask[s],
+            config,
+            totals,
+            ref_logps=batch["ref"][s],
         )[0]
         for s in (slice(0, 2), slice(2, 3))
     ]
@@ -87,7 +99,9 @@ def test_on_policy_gradient_is_the_policy_gradient() -> None:
     logps = batch["logps"].clone().requires_grad_(True)
     mask = torch.tensor(MASK, dtype=torch.bool)
     totals = BatchTotals(sequences=len(MASK), tokens=int(mask.sum()))
-    loss, _ = policy_loss(logps, logps.detach(), torch.tensor(ADVANTAGES, dtype=torch.float64), mask, TrainConfig(), totals)
+    loss, _ = policy_loss(
+        logps, logps.detach(), torch.tensor(ADVANTAGES, dtype=torch.float64), mask, TrainConfig(), totals
+    )
     loss.backward()
     expected = torch.tensor(
         [[-ADVANTAGES[i] * m / (sum(row) * len(MASK)) for m in row] for i, row in enumerate(MASK)], dtype=torch.float64
@@ -100,4 +114,11 @@ def test_beta_without_reference_is_an_error() -> None:
     batch = _batch()
     mask = torch.tensor(MASK, dtype=torch.bool)
     with pytest.raises(ValueError, match="ref_logps"):
-        policy_loss(batch["logps"], batch["old"], torch.tensor(ADVANTAGES, dtype=torch.float64), mask, TrainConfig(beta=0.1), BatchTotals(3, 10))
+        policy_loss(
+            batch["logps"],
+            batch["old"],
+            torch.tensor(ADVANTAGES, dtype=torch.float64),
+            mask,
+            TrainConfig(beta=0.1),
+            BatchTotals(3, 10),
+        )

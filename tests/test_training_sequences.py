@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from server_fixtures import tiny_model_path  # noqa: F401 - fixture
 
 from art_agents.capture import record_completion
 from art_agents.server.advantages import group_advantages
@@ -30,7 +29,7 @@ TOOLS = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path: Path) -> Any:  # noqa: F811
+def tokenizer(tiny_model_path: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_path)
@@ -44,10 +43,14 @@ def store(tmp_path: Path) -> TokenStore:
 def call(trajectory: Trajectory, store: TokenStore, tokenizer: Any, request: list[dict], text: str) -> dict:
     """What the server does for one completion: render the prompt, 'sample' `text`, store the tokens."""
     prompt = render_prompt_ids(tokenizer, request, TOOLS)
-    completion = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+    completion = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
     cid = f"chatcmpl-{uuid.uuid4().hex}"
     logprobs = [-0.1 * (i + 1) for i in range(len(completion))]
-    store.add(TokenRecord(completion_id=cid, model="m", policy_step=0, prompt_ids=prompt, completion_ids=completion, logprobs=logprobs))
+    store.add(
+        TokenRecord(
+            completion_id=cid, model="m", policy_step=0, prompt_ids=prompt, completion_ids=completion, logprobs=logprobs
+        )
+    )
     message = parse_assistant(tokenizer, text)
     record_completion(request, message, tools=TOOLS, completion_id=cid, model="m@0", trajectory=trajectory)
     return message
@@ -67,7 +70,9 @@ def tool_loop(store: TokenStore, tokenizer: Any, reward: float = 1.0) -> Traject
         message = call(trajectory, store, tokenizer, messages, text)
         messages.append(message)
         if k < 2:
-            messages.append({"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": str(3 * (k + 1))})
+            messages.append(
+                {"role": "tool", "tool_call_id": message["tool_calls"][0]["id"], "content": str(3 * (k + 1))}
+            )
     return trajectory
 
 
@@ -97,7 +102,10 @@ def test_rewritten_history_trains_as_separate_sequences(store: TokenStore, token
     first = [{"role": "system", "content": "You add numbers."}, {"role": "user", "content": "1+2?"}]
     answer = call(trajectory, store, tokenizer, first, "It is 3.")
     # the agent summarises the conversation before its next call: the new prompt does not extend the old one
-    summary = [{"role": "system", "content": "You add numbers."}, {"role": "user", "content": "Earlier: 1+2=3. Now 3+3?"}]
+    summary = [
+        {"role": "system", "content": "You add numbers."},
+        {"role": "user", "content": "Earlier: 1+2=3. Now 3+3?"},
+    ]
     call(trajectory, store, tokenizer, summary, "It is 6.")
     assert answer["content"] == "It is 3."
     assert len(trajectory.additional_histories) == 1  # the client saw the rewrite too
@@ -132,7 +140,9 @@ def test_turn_without_completion_id_is_retokenized_and_counted(store: TokenStore
         turn.completion_id = None
     sequences, stats = build_sequences([TrajectoryGroup([trajectory])], store, tokenizer)
     assert stats.turns_retokenized == 3 and stats.turns_from_store == 0
-    assert sequences and all(math.isnan(x) for s in sequences for x, m in zip(s.sampler_logprobs, s.mask, strict=True) if m)
+    assert sequences and all(
+        math.isnan(x) for s in sequences for x, m in zip(s.sampler_logprobs, s.mask, strict=True) if m
+    )
     text = tokenizer.decode(trained(sequences[-1]))
     assert text.endswith("The answer is 6.<|im_end|>")
 

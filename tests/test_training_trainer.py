@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import torch
-from server_fixtures import tiny_model_path  # noqa: F401 - fixture
 
 from art_agents.capture import record_completion
 from art_agents.server.chat_format import render_prompt_ids
@@ -39,12 +38,14 @@ def lora_model(path: Path) -> Any:
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
-    config = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], init_lora_weights="gaussian")
+    config = LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], init_lora_weights="gaussian"
+    )
     return get_peft_model(base, config)
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path: Path) -> Any:  # noqa: F811
+def tokenizer(tiny_model_path: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model_path)
@@ -59,12 +60,21 @@ def sampled(model: Any, tokenizer: Any, store: TokenStore, prompt: str, text: st
     """A one-turn rollout whose stored logprobs are the model's own (as an exact sampler would report)."""
     request = [{"role": "user", "content": prompt}]
     prompt_ids = render_prompt_ids(tokenizer, request, None)
-    completion = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+    completion = [*tokenizer.encode(text, add_special_tokens=False), tokenizer.eos_token_id]
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt_ids + completion])).logits[0].log_softmax(-1)
     logprobs = [float(logits[len(prompt_ids) - 1 + i, token]) for i, token in enumerate(completion)]
     cid = f"chatcmpl-{uuid.uuid4().hex}"
-    store.add(TokenRecord(completion_id=cid, model="m", policy_step=0, prompt_ids=prompt_ids, completion_ids=completion, logprobs=logprobs))
+    store.add(
+        TokenRecord(
+            completion_id=cid,
+            model="m",
+            policy_step=0,
+            prompt_ids=prompt_ids,
+            completion_ids=completion,
+            logprobs=logprobs,
+        )
+    )
     trajectory = Trajectory(reward=reward)
     record_completion(request, {"role": "assistant", "content": text}, completion_id=cid, trajectory=trajectory)
     return trajectory
@@ -74,7 +84,10 @@ def groups_for(model: Any, tokenizer: Any, store: TokenStore) -> list[Trajectory
     texts = ["aaaa", "bb", "a b a", "hello world", "42"]
     return [
         TrajectoryGroup(
-            [sampled(model, tokenizer, store, f"task {g}", text, reward=text.count("a") + g) for text in texts[g:] + texts[:g]]
+            [
+                sampled(model, tokenizer, store, f"task {g}", text, reward=text.count("a") + g)
+                for text in texts[g:] + texts[:g]
+            ]
         )
         for g in range(2)
     ]
@@ -84,17 +97,21 @@ def lora_weights(model: Any) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
 
 
-def test_train_step_updates_lora_and_reports_metrics(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:  # noqa: F811
+def test_train_step_updates_lora_and_reports_metrics(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
     model = lora_model(tiny_model_path)
     groups = groups_for(model, tokenizer, store)
     before = lora_weights(model)
     progress: list[tuple[int, int]] = []
     metrics = PolicyTrainer(model, tokenizer, store).train(
-        groups, TrainConfig(learning_rate=1e-3, micro_batch_size=3), lambda done, total, _: progress.append((done, total))
+        groups,
+        TrainConfig(learning_rate=1e-3, micro_batch_size=3),
+        lambda done, total, _: progress.append((done, total)),
     )
-    assert REQUIRED_METRICS <= metrics.keys()
+    assert metrics.keys() >= REQUIRED_METRICS
     assert metrics["sequences"] == 10 and metrics["turns_from_store"] == 10 and metrics["skipped"] == 0
-    assert metrics["tokens_trained"] == sum(len(store.get(t.completion_id).completion_ids) for g in groups for tr in g.trajectories for t in tr.turns)
+    assert metrics["tokens_trained"] == sum(
+        len(store.get(t.completion_id).completion_ids) for g in groups for tr in g.trajectories for t in tr.turns
+    )
     # the stored logprobs are the model's own: the trainer scores exactly the sampled tokens at the same positions
     assert metrics["logprob_gap_sampler"] < 1e-4
     assert progress[-1] == (10, 10) and len(progress) == 4
@@ -102,20 +119,20 @@ def test_train_step_updates_lora_and_reports_metrics(tiny_model_path: Path, toke
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
-def test_micro_batch_size_does_not_change_the_update(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:  # noqa: F811
+def test_micro_batch_size_does_not_change_the_update(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
     results = []
     for micro_batch_size in (1, 10):
         model = lora_model(tiny_model_path)
         groups = groups_for(model, tokenizer, store)
-        for loss in ("grpo", "dapo"):
-            config = TrainConfig(learning_rate=1e-3, micro_batch_size=micro_batch_size, loss=loss, beta=0.05, num_iterations=2)
-            PolicyTrainer(model, tokenizer, store).train(groups, config)
+        # grpo's per-sequence means are the normalisation most easily broken by micro-batching
+        config = TrainConfig(learning_rate=1e-3, micro_batch_size=micro_batch_size, beta=0.05, num_iterations=2)
+        PolicyTrainer(model, tokenizer, store).train(groups, config)
         results.append(lora_weights(model))
     for name, value in results[0].items():
         assert torch.allclose(value, results[1][name], atol=1e-6), name
 
 
-def test_all_zero_variance_groups_take_no_step(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:  # noqa: F811
+def test_all_zero_variance_groups_take_no_step(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
     model = lora_model(tiny_model_path)
     flat = [TrajectoryGroup([sampled(model, tokenizer, store, "t", text, reward=1.0) for text in ("a", "b")])]
     before = lora_weights(model)
@@ -124,7 +141,7 @@ def test_all_zero_variance_groups_take_no_step(tiny_model_path: Path, tokenizer:
     assert all(torch.equal(before[n], p) for n, p in lora_weights(model).items())
 
 
-def test_failure_mid_step_restores_the_weights(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:  # noqa: F811
+def test_failure_mid_step_restores_the_weights(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
     model = lora_model(tiny_model_path)
     groups = groups_for(model, tokenizer, store)
     before = lora_weights(model)
@@ -140,7 +157,7 @@ def test_failure_mid_step_restores_the_weights(tiny_model_path: Path, tokenizer:
     assert trainer.train(groups, TrainConfig())["skipped"] == 0  # and the trainer still works
 
 
-def test_bad_groups_are_training_input_errors(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:  # noqa: F811
+def test_bad_groups_are_training_input_errors(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
     trainer = PolicyTrainer(lora_model(tiny_model_path), tokenizer, store)
     with pytest.raises(TrainingInputError, match="no trajectory groups"):
         trainer.train([], TrainConfig())
@@ -148,7 +165,9 @@ def test_bad_groups_are_training_input_errors(tiny_model_path: Path, tokenizer: 
         trainer.train([TrajectoryGroup([Trajectory(reward=1.0), Trajectory(reward=0.0)])], TrainConfig())
 
 
-def test_checkpoints_are_atomic_and_keep_the_optimizer(tiny_model_path: Path, tokenizer: Any, store: TokenStore, tmp_path: Path) -> None:  # noqa: F811
+def test_checkpoints_are_atomic_and_keep_the_optimizer(
+    tiny_model_path: Path, tokenizer: Any, store: TokenStore, tmp_path: Path
+) -> None:
     model = lora_model(tiny_model_path)
     model_dir = tmp_path / "models" / "m"
     save_checkpoint(model_dir, 0, model, None, {"note": "fresh"})
