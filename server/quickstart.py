@@ -94,8 +94,9 @@ async def train_toy_task(
         if echo:
             m = result.metrics
             skipped = int(m.get("groups_skipped_zero_variance", 0))
-            entropy, gap = m.get("entropy", float("nan")), m.get("logprob_gap_sampler", float("nan"))
-            print(f"{step:>4}  {rewards[-1]:>7.3f}  {max(values):>5.2f}  {entropy:>7.3f}  {gap:>11.1e}  {skipped:>14}")
+            entropy = f"{m['entropy']:.3f}" if "entropy" in m else "-"  # absent when every group was skipped
+            gap = f"{m['logprob_gap_sampler']:.1e}" if "logprob_gap_sampler" in m else "-"
+            print(f"{step:>4}  {rewards[-1]:>7.3f}  {max(values):>5.2f}  {entropy:>7}  {gap:>11}  {skipped:>14}")
     await client.close()
     return rewards
 

