@@ -2,28 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from art_agents.atomic import write_text_atomic
 from art_agents.trajectory import SCHEMA_VERSION, TrajectoryGroup
 
 
 def write_groups(path: str | Path, groups: Iterable[TrajectoryGroup]) -> Path:
     """Write groups to `path` via a temp file and a rename, so a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for group in groups:
-                handle.write(group.model_dump_json() + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, "".join(group.model_dump_json() + "\n" for group in groups))
 
 
 def read_groups(path: str | Path) -> list[TrajectoryGroup]:

@@ -106,18 +106,36 @@ class TrainJob(Schema):
     seed: int = 0
     train: TrainConfig = Field(default_factory=TrainConfig)
 
+    @classmethod
+    def from_file(cls, path: Path) -> TrainJob:
+        """Read a TOML job; relative `scenarios` and `art_path` are relative to the job file's folder."""
+        import tomllib
+
+        job = cls.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+        folder = path.resolve().parent
+        return job.model_copy(update={"scenarios": folder / job.scenarios, "art_path": folder / job.art_path})
+
 
 def load_rollout(path: str) -> RolloutFn:
     module_name, _, attribute = path.partition(":")
     if not attribute:
         raise ValueError(f"rollout {path!r} must look like 'package.module:function'")
-    function = getattr(importlib.import_module(module_name), attribute, None)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise ValueError(
+            f"rollout {path!r}: cannot import {module_name!r} ({exc}); put the module beside the job file "
+            "or in the current folder, or install it"
+        ) from exc
+    function = getattr(module, attribute, None)
     if not callable(function):
         raise ValueError(f"{path!r}: {module_name} has no function {attribute!r}")
     return function  # type: ignore[no-any-return]
 
 
 def load_scenarios(path: Path) -> list[Any]:
+    if not path.is_file():
+        raise ValueError(f"scenarios file {path} does not exist")
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     try:
         return [json.loads(line) for line in lines]
@@ -130,14 +148,15 @@ async def run_job(job: TrainJob) -> list[StepRecord]:
 
     if job.backend == "remote" and not job.base_url:
         raise ValueError("backend = 'remote' needs base_url")
+    rollout, scenarios = load_rollout(job.rollout), load_scenarios(job.scenarios)  # fail before starting a server
     backend = RemoteBackend(job.base_url or "", job.api_key) if job.backend == "remote" else LocalBackend(job.art_path)
     model = TrainableModel(name=job.name, project=job.project, base_model=job.base_model, config=job.model)
     try:
         await model.register(backend)
         return await train_loop(
             model,
-            load_rollout(job.rollout),
-            load_scenarios(job.scenarios),
+            rollout,
+            scenarios,
             steps=job.steps,
             groups_per_step=job.groups_per_step,
             rollouts_per_group=job.rollouts_per_group,

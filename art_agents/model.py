@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
 
 from art_agents.errors import ArtError
+from art_agents.names import check_safe_name
 from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.wire import TrainResult
@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
     from art_agents.backend import Backend
     from art_agents.trajectory import TrajectoryGroup
-
-_SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$")
 
 
 class Model(Schema):
@@ -88,13 +86,8 @@ class TrainableModel(Model):
 
     @field_validator("name", "project")
     @classmethod
-    def _safe_path_component(cls, value: str) -> str:
-        if not _SAFE_NAME.match(value) or ".." in value:
-            raise ValueError(
-                f"{value!r} is not a safe name: use letters, digits, '_', '-' and '.', at most 128 characters, "
-                "no '/' and no '..' (it becomes a folder name)"
-            )
-        return value
+    def _safe_path_component(cls, value: str, info: ValidationInfo) -> str:
+        return check_safe_name(value, info.field_name or "name")
 
     @property
     def backend(self) -> Backend:

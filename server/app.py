@@ -20,17 +20,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from art_agents import wire
 from art_agents.capture import ROLLOUT_HEADER
-from art_agents.server.service import ArtService, ServiceError, StreamDelta, StreamItem
-from art_agents.wire import (
-    API_PREFIX,
-    CheckpointInfo,
-    DeleteCheckpointsRequest,
-    ModelInfo,
-    RegisterRequest,
-    StepInfo,
-    TrainRequest,
-)
+from art_agents.server.completions import StreamDelta, StreamItem
+from art_agents.server.errors import ServiceError
+from art_agents.server.service import ArtService
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -147,7 +141,7 @@ def create_app(
                 "created": 0,
                 "owned_by": "art-agents",
                 "step": m.step,
-                "served_as": f"{name}@{m.step}",
+                "served_as": m.served_as,
             }
             for name, m in service.models.items()
         ]
@@ -165,24 +159,24 @@ def create_app(
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         return StreamingResponse(_sse(first, items, include_usage), media_type="text/event-stream")
 
-    @app.post(f"{API_PREFIX}/models")
-    async def register(body: RegisterRequest) -> ModelInfo:
+    @app.post(f"{wire.API_PREFIX}/models")
+    async def register(body: wire.RegisterRequest) -> wire.ModelInfo:
         return await service.register(body)
 
-    @app.get(f"{API_PREFIX}/models/{{name}}/step")
-    async def get_step(name: str) -> StepInfo:
-        return StepInfo(step=service.get(name).step)
+    @app.get(f"{wire.API_PREFIX}/models/{{name}}/step")
+    async def get_step(name: str) -> wire.StepInfo:
+        return wire.StepInfo(step=service.get(name).step)
 
-    @app.get(f"{API_PREFIX}/models/{{name}}/checkpoints")
-    async def checkpoints(name: str) -> list[CheckpointInfo]:
+    @app.get(f"{wire.API_PREFIX}/models/{{name}}/checkpoints")
+    async def checkpoints(name: str) -> list[wire.CheckpointInfo]:
         return service.list_checkpoints(name)
 
-    @app.post(f"{API_PREFIX}/models/{{name}}/checkpoints/delete")
-    async def delete_checkpoints(name: str, body: DeleteCheckpointsRequest) -> list[int]:
+    @app.post(f"{wire.API_PREFIX}/models/{{name}}/checkpoints/delete")
+    async def delete_checkpoints(name: str, body: wire.DeleteCheckpointsRequest) -> list[int]:
         return await service.delete_checkpoints(name, body.steps)
 
-    @app.post(f"{API_PREFIX}/models/{{name}}/train", response_model=None)
-    async def train(name: str, body: TrainRequest) -> StreamingResponse:
+    @app.post(f"{wire.API_PREFIX}/models/{{name}}/train", response_model=None)
+    async def train(name: str, body: wire.TrainRequest) -> StreamingResponse:
         events = service.train(name, body)
         first = await anext(events)  # input errors raise here, before any 200 is sent
 
@@ -193,7 +187,7 @@ def create_app(
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")
 
-    @app.get(f"{API_PREFIX}/rollouts/{{rollout_id}}")
+    @app.get(f"{wire.API_PREFIX}/rollouts/{{rollout_id}}")
     async def rollout_calls(rollout_id: str) -> dict[str, int]:
         return {"completions": service.rollouts.get(rollout_id, 0)}
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from art_agents.atomic import write_text_atomic
 from art_agents.wire import CheckpointInfo
 
 TRAINER_STATE = "trainer_state.json"
@@ -88,11 +88,7 @@ def list_checkpoints(model_dir: str | Path) -> list[CheckpointInfo]:
 
 
 def delete_checkpoints(model_dir: str | Path, steps: list[int] | None = None) -> list[int]:
-    """Delete the given steps (None: all but step 0 and the latest); the latest is never deleted.
-
-    Each folder is renamed away first, so a crash mid-delete never leaves a half checkpoint that
-    looks complete.
-    """
+    """Delete the given steps (None: all but step 0 and the latest); the latest is never deleted."""
     existing = _steps(model_dir)
     if not existing:
         return []
@@ -104,12 +100,23 @@ def delete_checkpoints(model_dir: str | Path, steps: list[int] | None = None) ->
     for step in doomed:
         if step == latest:
             continue
-        path = checkpoint_path(model_dir, step)
-        trash = path.parent / f".tmp-delete-{step}-{os.getpid()}"
-        os.rename(path, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        _remove(model_dir, step)
         deleted.append(step)
     return deleted
+
+
+def discard_checkpoint(model_dir: str | Path, step: int) -> None:
+    """Remove checkpoint `step` if it exists, even the latest: undoes a save whose step was never served."""
+    if checkpoint_path(model_dir, step).is_dir():
+        _remove(model_dir, step)
+
+
+def _remove(model_dir: str | Path, step: int) -> None:
+    """Rename the step folder away first, so a crash mid-delete never leaves a half checkpoint that looks complete."""
+    path = checkpoint_path(model_dir, step)
+    trash = path.parent / f".tmp-delete-{step}-{os.getpid()}"
+    os.rename(path, trash)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 def load_optimizer_state(model_dir: str | Path, step: int) -> dict | None:
@@ -125,18 +132,8 @@ def load_optimizer_state(model_dir: str | Path, step: int) -> dict | None:
 def append_history(model_dir: str | Path, row: dict) -> None:
     """Add one row to history.jsonl by rewriting it through a temp file (never a torn last line)."""
     path = Path(model_dir) / "history.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
     existing = path.read_text(encoding="utf-8") if path.exists() else ""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".history.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(existing + json.dumps(row, default=str) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, existing + json.dumps(row, default=str) + "\n")
 
 
 def _remove_stale_temps(root: Path) -> None:

@@ -15,7 +15,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from scripted_openai import ScriptedOpenAI
-from server_fixtures import server_url, tiny_model_path  # noqa: F401
+from server_fixtures import server_url, store, tiny_model_path, tokenizer  # noqa: F401
 
 
 @pytest.fixture

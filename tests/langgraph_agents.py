@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -39,6 +40,62 @@ def react_agent(llm: Any, constructor: str, **kwargs: Any) -> Any:
     from langgraph.prebuilt import create_react_agent
 
     return create_react_agent(llm, TOOLS, prompt=SYSTEM, **kwargs)
+
+
+def prompted(llm: Any, system: str) -> Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]:
+    """A graph node that asks `llm` under its own system prompt, so it gets its own history."""
+
+    async def node(state: dict[str, Any]) -> dict[str, Any]:
+        return {"messages": [await llm.ainvoke([("system", system), *state["messages"]])]}
+
+    return node
+
+
+def writer_then_review(writer: Any, reviewer_name: str, reviewer: Any, editor: Any = None) -> Any:
+    """Compiled `writer -> review [-> editor]`, where `review` is a sub-graph holding one node, `reviewer_name`."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    review = StateGraph(MessagesState)
+    review.add_node(reviewer_name, reviewer)
+    review.add_edge(START, reviewer_name)
+    graph = StateGraph(MessagesState)
+    graph.add_node("writer", writer)
+    graph.add_node("review", review.compile())
+    graph.add_edge(START, "writer")
+    graph.add_edge("writer", "review")
+    last = "review"
+    if editor is not None:
+        graph.add_node("editor", editor)
+        graph.add_edge("review", "editor")
+        last = "editor"
+    graph.add_edge(last, END)
+    return graph.compile()
+
+
+def answer_then_sidecar(llm: Any, base_url: str, model_name: str) -> Any:
+    """Compiled `answer -> sidecar`; `sidecar` calls the server with a raw client that sends the rollout id
+    (so the server counts the call) but is not captured."""
+    import openai
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from art_agents.integrations.langgraph import rollout_headers
+
+    async def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await llm.ainvoke(state["messages"])]}
+
+    async def sidecar(state: MessagesState) -> dict[str, Any]:
+        raw = openai.AsyncOpenAI(base_url=base_url, api_key="x", default_headers=rollout_headers())
+        await raw.chat.completions.create(model=model_name, messages=[{"role": "user", "content": "psst"}])
+        await raw.close()
+        return {}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("answer", answer)
+    graph.add_node("sidecar", sidecar)
+    graph.add_edge(START, "answer")
+    graph.add_edge("answer", "sidecar")
+    graph.add_edge("sidecar", END)
+    return graph.compile()
 
 
 def node_of(constructor: str) -> str:

@@ -11,11 +11,25 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from scripted_openai import ScriptedOpenAI
+
 from art_agents import Trajectory, TrajectoryGroup
 
 TRAJECTORY = re.compile(r'<trajectory id="(t\d+)">\n(.*?)\n</trajectory>', re.DOTALL)
 QUALITY = re.compile(r"quality=([0-9.]+)")
 SYSTEM = "You are a careful assistant that answers arithmetic questions. " * 5
+
+
+def judge_params(server: ScriptedOpenAI, **extra: Any) -> dict[str, Any]:
+    """`ruler_score_group` / `ruler` keywords for the scripted judge, with the cache off."""
+    return {
+        "judge_model": "openai/judge",
+        "api_base": server.base_url,
+        "api_key": "sk-test",
+        "timeout": 5,
+        "cache_dir": None,
+        **extra,
+    }
 
 
 def conversation(task: str, quality: float, turns: int = 1) -> list[dict[str, Any]]:

@@ -13,9 +13,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from art_agents.server.token_store import TokenStore
 
 
 @pytest.fixture(scope="session")
@@ -23,6 +26,22 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from art_agents.server.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "qwen3")
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tiny_model_path: Path) -> Any:
+    """The tiny model's tokenizer (read-only, so one per session)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> TokenStore:
+    """An empty token store in this test's folder."""
+    from art_agents.server.token_store import TokenStore
+
+    return TokenStore(tmp_path / "tokens" / "store.sqlite")
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""`art-agents train` validates its job file; `art-agents report` reads history."""
+"""`art-agents train` validates and runs a job file; `art-agents report` reads history."""
 
 from __future__ import annotations
 
@@ -19,6 +19,16 @@ def test_train_names_the_bad_field_of_a_job_file(tmp_path) -> None:
     assert "steps" in result.stderr and "greater than or equal to 1" in result.stderr
 
 
+def test_train_names_a_missing_rollout_module_before_starting_a_server(tmp_path) -> None:
+    job = tmp_path / "job.toml"
+    job.write_text('name = "m"\nbase_model = "x"\nrollout = "no_such_agent:fn"\nscenarios = "s.jsonl"\n')
+    (tmp_path / "s.jsonl").write_text('{"q": 1}\n')
+    result = run_cli("train", str(job))
+    assert result.returncode == 2
+    assert "cannot import 'no_such_agent'" in result.stderr and "beside the job file" in result.stderr
+    assert not (tmp_path / ".art").exists()
+
+
 def test_report_prints_each_step(tmp_path) -> None:
     model_dir = tmp_path / "proj" / "models" / "agent"
     model_dir.mkdir(parents=True)
@@ -29,3 +39,42 @@ def test_report_prints_each_step(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     assert "proj/agent" in result.stdout and "0.2" in result.stdout
     assert run_cli("report", "--art-path", str(tmp_path / "none")).returncode == 1
+
+
+ROLLOUT_MODULE = """
+import art_agents as art
+
+
+async def attempt(model: art.TrainableModel, scenario: dict) -> art.Trajectory:
+    client = model.openai_client()
+    async with art.rollout(prompt=scenario["prompt"]) as trajectory:
+        reply = await client.chat.completions.create(
+            model=model.name, messages=[{"role": "user", "content": scenario["prompt"]}], max_tokens=6, temperature=1.0
+        )
+        text = reply.choices[0].message.content or ""
+        trajectory.reward = text.count(scenario["letter"]) / len(text) if text else 0.0
+    await client.close()
+    return trajectory
+"""
+
+
+def test_train_runs_a_job_file_end_to_end(tiny_model_path, tmp_path) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    (job_dir / "toy_agent.py").write_text(ROLLOUT_MODULE)
+    scenarios = [{"prompt": "Say aaaa!", "letter": "a"}, {"prompt": "Write b.", "letter": "b"}]
+    (job_dir / "scenarios.jsonl").write_text("\n".join(json.dumps(s) for s in scenarios) + "\n")
+    (job_dir / "job.toml").write_text(
+        f'name = "toy"\nproject = "cli"\nbase_model = "{tiny_model_path}"\nrollout = "toy_agent:attempt"\n'
+        'scenarios = "scenarios.jsonl"\nart_path = "art"\nsteps = 2\ngroups_per_step = 2\nrollouts_per_group = 4\n'
+        "[model]\nlora_rank = 4\nmax_batch_size = 8\n[train]\nlearning_rate = 1e-3\nmicro_batch_size = 8\n"
+    )
+    # run from elsewhere: the rollout module, scenarios and art path are found beside the job file
+    result = run_cli("train", str(job_dir / "job.toml"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    steps = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    assert [line.split(":")[0] for line in steps] == ["step 1", "step 2"], result.stdout
+    assert all("over 8 rollouts" in line for line in steps)
+    history = (job_dir / "art" / "cli" / "models" / "toy" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(row)["step"] for row in history] == [1, 2]
+    assert json.loads(history[0])["config"]["learning_rate"] == 1e-3

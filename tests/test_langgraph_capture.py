@@ -5,11 +5,20 @@ from __future__ import annotations
 import asyncio
 import warnings
 
-import openai
 import pytest
 from langchain_openai import ChatOpenAI
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph_agents import SYSTEM, add, assert_matches_state, node_of, react_agent, tool_call
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph_agents import (
+    SYSTEM,
+    add,
+    answer_then_sidecar,
+    assert_matches_state,
+    node_of,
+    prompted,
+    react_agent,
+    tool_call,
+    writer_then_review,
+)
 from pydantic import BaseModel
 
 import art_agents
@@ -20,7 +29,6 @@ from art_agents.integrations.langgraph import (
     chat_model,
     graph_rollout,
     http_clients,
-    rollout_headers,
     wrap,
 )
 
@@ -140,28 +148,12 @@ async def test_two_llm_nodes_subgraph_and_structured_output(scripted) -> None:
     scripted.replies = ["draft", '{"correct": true}', "polished"]
     llm = model_for(scripted).chat_model()
 
-    async def writer(state: MessagesState) -> dict:
-        return {"messages": [await llm.ainvoke([("system", "You write."), *state["messages"]])]}
-
     async def judge(state: MessagesState) -> dict:
         verdict = await llm.with_structured_output(Verdict).ainvoke([("system", "You judge."), state["messages"][-1]])
         return {"messages": [("user", f"verdict: {verdict.correct}; polish it")]}
 
-    async def editor(state: MessagesState) -> dict:
-        return {"messages": [await llm.ainvoke([("system", "You write."), *state["messages"]])]}
-
-    review = StateGraph(MessagesState)
-    review.add_node("judge", judge)
-    review.add_edge(START, "judge")
-    outer = StateGraph(MessagesState)
-    outer.add_node("writer", writer)
-    outer.add_node("review", review.compile())
-    outer.add_node("editor", editor)
-    outer.add_edge(START, "writer")
-    outer.add_edge("writer", "review")
-    outer.add_edge("review", "editor")
-    outer.add_edge("editor", END)
-    trajectory, state = await wrap(outer.compile()).ainvoke({"messages": [("user", "write a poem")]})
+    graph = writer_then_review(prompted(llm, "You write."), "judge", judge, editor=prompted(llm, "You write."))
+    trajectory, state = await wrap(graph).ainvoke({"messages": [("user", "write a poem")]})
     assert [t.span for t in trajectory.turns] == ["writer", "review/judge", "editor"]
     assert [t.history for t in trajectory.turns] == [0, 1, 0]
     assert_matches_state(trajectory, state["messages"], system="You write.")
@@ -242,6 +234,15 @@ async def test_a_raising_graph_gives_a_failed_trajectory_counted_in_max_exceptio
     assert failed.failed and any("tool backend down" in line for line in failed.logs)
     assert failed.turns[0].span == "think"
 
+    # streamed runs fail the same way, for the async and the sync stream
+    with pytest.raises(RolloutFailed, match="tool backend down"):
+        async for _ in agent.astream({"messages": [("user", "go")]}):
+            pass
+    sync_run = agent.stream({"messages": [("user", "go")]})
+    with pytest.raises(RolloutFailed, match="tool backend down"):
+        list(sync_run)
+    assert sync_run.trajectory.failed and sync_run.trajectory.turns[0].span == "think"
+
     groups = await gather_trajectory_groups(
         [TrajectoryGroup(agent.rollout({"messages": [("user", "go")]}, reward=lambda out, t: 1.0) for _ in range(3))],
         max_exceptions=3,
@@ -254,27 +255,12 @@ async def test_a_raising_graph_gives_a_failed_trajectory_counted_in_max_exceptio
 
 async def test_missing_call_check_warns_with_node_names(scripted) -> None:
     model = model_for(scripted)
-    llm = model.chat_model()
-
-    async def planner(state: MessagesState) -> dict:
-        return {"messages": [await llm.ainvoke(state["messages"])]}
-
-    async def sidecar(state: MessagesState) -> dict:
-        # a raw client that sends the rollout id but is not captured
-        raw = openai.AsyncOpenAI(base_url=scripted.base_url, api_key="x", default_headers=rollout_headers())
-        await raw.chat.completions.create(model="agent", messages=[{"role": "user", "content": "psst"}])
-        return {}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("planner", planner)
-    graph.add_node("sidecar", sidecar)
-    graph.add_edge(START, "planner")
-    graph.add_edge("planner", "sidecar")
+    graph = answer_then_sidecar(model.chat_model(), scripted.base_url, "agent")
     with pytest.warns(
         MissingCallsWarning,
-        match=r"answered 2 completions but 1 were captured.*planner \(1 captured\), sidecar \(0 captured\)",
+        match=r"answered 2 completions but 1 were captured.*answer \(1 captured\), sidecar \(0 captured\)",
     ):
-        trajectory, _ = await wrap(graph.compile(), model=model).ainvoke({"messages": [("user", "plan")]})
+        trajectory, _ = await wrap(graph, model=model).ainvoke({"messages": [("user", "plan")]})
     assert trajectory.metrics["missing_calls"] == 1
     assert "sidecar" in trajectory.logs[-1]
 

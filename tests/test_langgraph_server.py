@@ -9,12 +9,20 @@ from pathlib import Path
 
 import httpx
 import pytest
-from langgraph_agents import assert_matches_state, hermes, node_of, react_agent
+from langgraph_agents import (
+    answer_then_sidecar,
+    assert_matches_state,
+    hermes,
+    node_of,
+    prompted,
+    react_agent,
+    writer_then_review,
+)
 from server_fixtures import start_server
 
 from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
 from art_agents.capture import ROLLOUT_HEADER
-from art_agents.integrations.langgraph import MissingCallsWarning, rollout_headers, wrap
+from art_agents.integrations.langgraph import MissingCallsWarning, wrap
 
 ANSWER = "The answer is 5."
 
@@ -81,51 +89,18 @@ async def test_sixteen_concurrent_graph_rollouts_on_the_real_server(backend, tin
 
 
 async def test_a_call_that_bypasses_capture_is_reported(backend, tiny_model_path) -> None:
-    import openai
-    from langgraph.graph import START, MessagesState, StateGraph
-
     model = await scripted_model(backend, tiny_model_path, "sidecar", [ANSWER])
-    llm = model.chat_model()
-
-    async def answer(state: MessagesState) -> dict:
-        return {"messages": [await llm.ainvoke(state["messages"])]}
-
-    async def audit(state: MessagesState) -> dict:
-        raw = openai.AsyncOpenAI(base_url=model.inference_base_url, api_key="x", default_headers=rollout_headers())
-        await raw.chat.completions.create(model=model.name, messages=[{"role": "user", "content": "audit"}])
-        return {}
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("answer", answer)
-    graph.add_node("audit", audit)
-    graph.add_edge(START, "answer")
-    graph.add_edge("answer", "audit")
-    with pytest.warns(MissingCallsWarning, match=r"answered 2 completions but 1 were captured.*audit \(0 captured\)"):
-        trajectory, _ = await wrap(graph.compile(), model=model).ainvoke({"messages": [("user", "q")]})
+    graph = answer_then_sidecar(model.chat_model(), model.inference_base_url, model.name)
+    with pytest.warns(MissingCallsWarning, match=r"answered 2 completions but 1 were captured.*sidecar \(0 captured\)"):
+        trajectory, _ = await wrap(graph, model=model).ainvoke({"messages": [("user", "q")]})
     assert ROLLOUT_HEADER == "x-art-rollout-id" and trajectory.metrics["missing_calls"] == 1
 
 
 async def test_two_prompts_and_a_subgraph_give_two_histories_that_train(backend, tiny_model_path) -> None:
-    from langgraph.graph import START, MessagesState, StateGraph
-
     model = await scripted_model(backend, tiny_model_path, "two-nodes", ["A short poem.", "Looks good."])
     llm = model.chat_model()
-
-    async def writer(state: MessagesState) -> dict:
-        return {"messages": [await llm.ainvoke([("system", "You write."), *state["messages"]])]}
-
-    async def critic(state: MessagesState) -> dict:
-        return {"messages": [await llm.ainvoke([("system", "You review."), *state["messages"]])]}
-
-    review = StateGraph(MessagesState)
-    review.add_node("critic", critic)
-    review.add_edge(START, "critic")
-    graph = StateGraph(MessagesState)
-    graph.add_node("writer", writer)
-    graph.add_node("review", review.compile())
-    graph.add_edge(START, "writer")
-    graph.add_edge("writer", "review")
-    agent = wrap(graph.compile(), model=model)
+    graph = writer_then_review(prompted(llm, "You write."), "critic", prompted(llm, "You review."))
+    agent = wrap(graph, model=model)
     trajectories = [(await agent.ainvoke({"messages": [("user", "a poem")]})).trajectory for _ in range(2)]
     trajectory = trajectories[0]
     assert [(t.span, t.history) for t in trajectory.turns] == [("writer", 0), ("review/critic", 1)]

@@ -41,7 +41,14 @@ def learning() -> ModuleType:
     ],
 )
 def test_strict_compound_reward(
-    learning: ModuleType, kind: str, question: str, answer: str, reply: str, reward: float, format_ok: bool, correct: bool
+    learning: ModuleType,
+    kind: str,
+    question: str,
+    answer: str,
+    reply: str,
+    reward: float,
+    format_ok: bool,
+    correct: bool,
 ) -> None:
     result = learning.score(learning.Item(kind, question, answer), reply)
     assert (result.reward, result.format_ok, result.correct) == (reward, format_ok, correct)
@@ -76,5 +83,9 @@ def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
     summary = json.loads(out.read_text())
     assert summary["steps"] == 1
     assert len(summary["per_prompt"]["before"]) == len(summary["per_prompt"]["after"]) == 4
-    assert summary["heldout"]["reward"]["ci95"][0] <= summary["heldout"]["reward"]["diff"] <= summary["heldout"]["reward"]["ci95"][1]
+    assert (
+        summary["heldout"]["reward"]["ci95"][0]
+        <= summary["heldout"]["reward"]["diff"]
+        <= summary["heldout"]["reward"]["ci95"][1]
+    )
     assert (tmp_path / "art" / "learning").is_dir()  # trained through the server's own model folders

@@ -11,23 +11,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from ruler_fixtures import judge_by_quality, judge_with, make_group
+from ruler_fixtures import judge_by_quality, judge_params, judge_with, make_group
 from scripted_openai import ScriptedOpenAI
 
 from art_agents.ruler import RulerError, ruler_score_group
 
 Reply = Callable[[dict[str, Any]], str]
-
-
-def judge_params(server: ScriptedOpenAI, **extra: Any) -> dict[str, Any]:
-    return {
-        "judge_model": "openai/judge",
-        "api_base": server.base_url,
-        "api_key": "sk-test",
-        "timeout": 5,
-        "cache_dir": None,
-        **extra,
-    }
 
 
 BAD_ANSWERS: dict[str, tuple[Reply, str]] = {

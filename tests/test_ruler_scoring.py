@@ -8,22 +8,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ruler_fixtures import answer, conversation, judge_by_position, judge_by_quality, make_group, shown
+from ruler_fixtures import (
+    answer,
+    conversation,
+    judge_by_position,
+    judge_by_quality,
+    judge_params,
+    make_group,
+    shown,
+)
 from scripted_openai import ScriptedOpenAI
 
 from art_agents import Trajectory, TrajectoryGroup, gather_trajectory_groups
 from art_agents.ruler import ruler, ruler_score_group
-
-
-def judge_params(server: ScriptedOpenAI, **extra: Any) -> dict[str, Any]:
-    return {
-        "judge_model": "openai/judge",
-        "api_base": server.base_url,
-        "api_key": "sk-test",
-        "timeout": 5,
-        "cache_dir": None,
-        **extra,
-    }
 
 
 async def test_scores_land_on_the_right_trajectories_across_shuffled_passes(scripted: ScriptedOpenAI) -> None:

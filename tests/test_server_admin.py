@@ -158,3 +158,52 @@ def test_non_loopback_bind_without_api_key_is_refused() -> None:
     result = CliRunner().invoke(app, ["serve", "--host", "0.0.0.0", "--port", "1"], env={"ART_AGENTS_API_KEY": ""})
     assert result.exit_code == 2
     assert "refusing to bind 0.0.0.0" in result.output
+
+
+def test_a_failed_checkpoint_save_rolls_the_weights_back_to_the_last_good_step(
+    tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_agents.server import checkpoints
+
+    art = tmp_path / "art"
+    greedy = {"model": "policy", "messages": MESSAGES, "max_tokens": 6, "temperature": 0, "seed": 3}
+    with start_server(art) as url:
+        assert register(url, "policy", tiny_model_path, lora_rank=4).json()["step"] == 0
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+
+        def logprobs() -> tuple[str, list[float]]:
+            answer = client.chat.completions.create(**greedy)
+            return answer.model, [t.logprob for t in answer.choices[0].logprobs.content]
+
+        before = logprobs()
+        answers = [
+            client.chat.completions.create(model="policy", messages=MESSAGES, max_tokens=6, seed=s) for s in (1, 2)
+        ]
+        group = {
+            "trajectories": [
+                trajectory(a.id, float(r), a.choices[0].message.content) for a, r in zip(answers, (0, 1), strict=True)
+            ]
+        }
+
+        def full_disk(*args: Any, **kwargs: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(checkpoints, "save_checkpoint", full_disk)
+            failed = train(url, "policy", [group], learning_rate=1e-2)
+        assert failed.status_code == 200
+        last = [json.loads(line) for line in failed.text.splitlines()][-1]
+        assert last["type"] == "error", last
+        assert "saving checkpoint 1 failed" in last["error"] and "No space left on device" in last["error"]
+        assert "the last good checkpoint 0 keeps serving" in last["error"]
+        assert httpx.get(f"{url}/v1/art/models/policy/step").json() == {"step": 0}
+        assert logprobs() == before  # served as policy@0 with checkpoint 0's weights, not the trained ones
+        assert [c["step"] for c in httpx.get(f"{url}/v1/art/models/policy/checkpoints").json()] == [0]
+        model_dir = art / "tests" / "models" / "policy"
+        assert not (model_dir / "history.jsonl").exists()
+        assert not (model_dir / "trajectories" / "train" / "0001.jsonl").exists()
+
+        retried = [json.loads(line) for line in train(url, "policy", [group], learning_rate=1e-2).text.splitlines()]
+        assert retried[-1]["type"] == "result" and retried[-1]["result"]["step"] == 1
+        model, trained = logprobs()
+        assert model == "policy@1" and trained != before[1]  # the step does change the weights

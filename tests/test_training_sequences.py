@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,18 +25,6 @@ TOOLS = [
         },
     }
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_path)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> TokenStore:
-    return TokenStore(tmp_path / "tokens" / "store.sqlite")
 
 
 def call(trajectory: Trajectory, store: TokenStore, tokenizer: Any, request: list[dict], text: str) -> dict:

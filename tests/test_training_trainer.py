@@ -44,18 +44,6 @@ def lora_model(path: Path) -> Any:
     return get_peft_model(base, config)
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path: Path) -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tiny_model_path)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> TokenStore:
-    return TokenStore(tmp_path / "tokens" / "store.sqlite")
-
-
 def sampled(model: Any, tokenizer: Any, store: TokenStore, prompt: str, text: str, reward: float) -> Trajectory:
     """A one-turn rollout whose stored logprobs are the model's own (as an exact sampler would report)."""
     request = [{"role": "user", "content": prompt}]

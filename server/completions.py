@@ -1,0 +1,160 @@
+"""Chat completions: validate and render a request, generate, record the tokens, answer in OpenAI's shape.
+
+Every choice is recorded in the model's token store before its completion id reaches the client,
+so training can later use exactly the sampled tokens and their sampler logprobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from art_agents.server.chat_format import parse_assistant, render_prompt_ids
+from art_agents.server.engine import Sample, SamplingParams, TokenCallback
+from art_agents.server.errors import ServiceError
+from art_agents.server.served_model import ServedModel
+from art_agents.server.stream_text import IncrementalText
+from art_agents.server.token_store import TokenRecord
+
+Completed = tuple[dict[str, Any], list[Sample]]
+Spawn = Callable[[Coroutine[Any, Any, Completed]], "asyncio.Task[Completed]"]
+
+
+@dataclass
+class StreamDelta:
+    """Text of one choice that is certain to be in the answer, sent before the completion ends."""
+
+    choice: int
+    text: str
+    completion_id: str
+    model: str
+
+
+StreamItem = StreamDelta | Completed
+
+
+@dataclass
+class ChatPlan:
+    """A validated chat request: what to sample, from which model, under which completion id."""
+
+    served: ServedModel
+    prompt_ids: list[int]
+    params: SamplingParams
+    tools: list[dict[str, Any]] | None
+    completion_id: str
+    rollout_id: str | None
+
+
+def plan_chat(served: ServedModel, body: dict[str, Any], rollout_id: str | None) -> ChatPlan:
+    """Validate a chat request and render its prompt; refusals are `ServiceError`s."""
+    tools = body.get("tools") if body.get("tool_choice") != "none" else None
+    try:
+        prompt_ids = render_prompt_ids(served.engine.tokenizer, body["messages"], tools)
+    except Exception as exc:  # jinja errors: a message shape the chat template rejects
+        raise ServiceError(400, f"the chat template could not render these messages: {exc}") from exc
+    config = served.info.config
+    params = SamplingParams(
+        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens") or config.default_max_tokens,
+        n=body.get("n") or 1,
+        temperature=1.0 if body.get("temperature") is None else body["temperature"],
+        top_p=1.0 if body.get("top_p") is None else body["top_p"],
+        stop=[body["stop"]] if isinstance(body.get("stop"), str) else list(body.get("stop") or []),
+        seed=body.get("seed"),
+    )
+    if params.n > config.max_batch_size:
+        raise ServiceError(400, f"n={params.n} exceeds this model's max_batch_size ({config.max_batch_size})")
+    limit = getattr(served.engine.model.config, "max_position_embeddings", None)
+    if limit is not None and len(prompt_ids) + params.max_tokens > limit:
+        raise ServiceError(
+            400,
+            f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the model's context "
+            f"of {limit} tokens; shorten the conversation or lower max_tokens",
+        )
+    return ChatPlan(served, prompt_ids, params, tools, f"chatcmpl-{uuid.uuid4().hex}", rollout_id)
+
+
+async def stream_completion(plan: ChatPlan, rollouts: Counter[str], spawn: Spawn) -> AsyncIterator[StreamItem]:
+    """`StreamDelta`s as tokens are sampled, then the recorded `(response, samples)`.
+
+    Content is streamed as it is generated, minus any tail that could still turn into a stop
+    string; with tools, the message is sent once it can be parsed. The completion is generated and
+    recorded by a task of its own (`spawn`), so a client that hangs up mid-stream still leaves a
+    complete token record behind its completion id.
+    """
+    loop = asyncio.get_running_loop()
+    tokens: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
+
+    def on_token(choice: int, token: int) -> None:
+        loop.call_soon_threadsafe(tokens.put_nowait, (choice, token))
+
+    task = spawn(complete(plan, rollouts, None if plan.tools else on_token))
+    task.add_done_callback(lambda _: tokens.put_nowait(None))
+    if not plan.tools:
+        decoders = [IncrementalText(plan.served.engine.tokenizer, plan.params.stop) for _ in range(plan.params.n)]
+        while (item := await tokens.get()) is not None:
+            choice, token = item
+            if text := decoders[choice].push(token):  # the step is fixed while a batch runs
+                yield StreamDelta(choice, text, plan.completion_id, plan.served.served_as)
+    yield await task
+
+
+async def complete(plan: ChatPlan, rollouts: Counter[str], on_token: TokenCallback | None = None) -> Completed:
+    """Generate, record every choice in the token store, count the rollout's call, build the response."""
+    served = plan.served
+    samples = await served.engine.generate(plan.prompt_ids, plan.params, on_token)
+    ids = [plan.completion_id if i == 0 else f"{plan.completion_id}-{i}" for i in range(len(samples))]
+    records = [
+        TokenRecord(
+            completion_id=cid,
+            model=served.info.name,
+            policy_step=s.step,
+            prompt_ids=plan.prompt_ids,
+            completion_ids=s.token_ids,
+            logprobs=s.logprobs,
+        )
+        for cid, s in zip(ids, samples, strict=True)
+    ]
+    await asyncio.to_thread(served.store.add_many, records)  # on disk before the id is complete anywhere
+    if plan.rollout_id:
+        rollouts[plan.rollout_id] += 1
+    choices = [_choice(plan, index, cid, sample) for index, (cid, sample) in enumerate(zip(ids, samples, strict=True))]
+    completion_tokens = sum(len(s.token_ids) for s in samples)
+    response = {
+        "id": plan.completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": f"{served.info.name}@{samples[0].step}",
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": len(plan.prompt_ids),
+            "completion_tokens": completion_tokens,
+            "total_tokens": len(plan.prompt_ids) + completion_tokens,
+        },
+    }
+    return response, samples
+
+
+def _choice(plan: ChatPlan, index: int, completion_id: str, sample: Sample) -> dict[str, Any]:
+    """One OpenAI choice, plus `completion_id` and `token_ids` for the client's capture."""
+    tokenizer = plan.served.engine.tokenizer
+    message = parse_assistant(tokenizer, sample.text) if plan.tools else {"role": "assistant", "content": sample.text}
+    tool_finish = message.get("tool_calls") and sample.finish_reason == "stop"
+    logprobs = [_token_logprob(tokenizer, t, lp) for t, lp in zip(sample.token_ids, sample.logprobs, strict=True)]
+    return {
+        "index": index,
+        "message": message,
+        "finish_reason": "tool_calls" if tool_finish else sample.finish_reason,
+        "logprobs": {"content": logprobs},
+        "completion_id": completion_id,
+        "token_ids": sample.token_ids,
+    }
+
+
+def _token_logprob(tokenizer: Any, token_id: int, logprob: float) -> dict[str, Any]:
+    text = tokenizer.decode([token_id])
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8")), "top_logprobs": []}

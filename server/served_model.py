@@ -1,0 +1,88 @@
+"""One served model: its folder, engine, token store and training lock, and how it is opened."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from art_agents.atomic import write_text_atomic
+from art_agents.names import check_safe_name
+from art_agents.server import checkpoints
+from art_agents.server.engine import Engine
+from art_agents.server.errors import ServiceError
+from art_agents.server.token_store import TokenStore
+from art_agents.train_config import ModelConfig
+from art_agents.wire import ModelInfo, RegisterRequest
+
+log = logging.getLogger("art_agents.server")
+
+
+@dataclass
+class ServedModel:
+    info: ModelInfo
+    model_dir: Path
+    engine: Engine
+    store: TokenStore
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # serialises training and checkpoint deletion
+
+    @property
+    def step(self) -> int:
+        return self.engine.step
+
+    @property
+    def served_as(self) -> str:
+        """What a completion's `model` field answers: `name@step`."""
+        return f"{self.info.name}@{self.step}"
+
+
+def check_name(value: str, what: str = "model name") -> str:
+    """`check_safe_name`, refused as a 400 (a name becomes a folder name)."""
+    try:
+        return check_safe_name(value, what)
+    except ValueError as exc:
+        raise ServiceError(400, str(exc)) from exc
+
+
+def open_served_model(model_dir: Path, request: RegisterRequest) -> ServedModel:
+    """Load the engine and the latest checkpoint of `model_dir`, creating step 0 for a new model."""
+    meta = model_dir / "model.json"
+    if meta.exists():  # the stored registration wins: config is fixed at registration
+        request = RegisterRequest.model_validate_json(meta.read_text(encoding="utf-8"))
+    try:
+        engine = _load_engine(request.base_model, request.config)
+    except ServiceError:
+        raise
+    except Exception as exc:
+        raise ServiceError(
+            400,
+            f"cannot load base_model {request.base_model!r}: {type(exc).__name__}: {exc}; give a local folder "
+            "with a transformers model (e.g. one made by `art-agents tiny-model PATH`) or a cached hub id",
+        ) from exc
+    step = checkpoints.latest_step(model_dir)
+    if step is None:
+        step = 0
+        checkpoints.save_checkpoint(model_dir, 0, engine.model, None, {"initialised_with_seed": request.config.seed})
+    else:
+        engine.load_adapter(checkpoints.checkpoint_path(model_dir, step))
+    engine.step = step
+    write_text_atomic(meta, request.model_dump_json(indent=2))
+    store = TokenStore(model_dir / "tokens" / "store.sqlite")
+    info = ModelInfo(
+        name=request.name, project=request.project, base_model=request.base_model, step=step, config=request.config
+    )
+    log.info("serving %s@%d from %s", request.name, step, model_dir)
+    return ServedModel(info=info, model_dir=model_dir, engine=engine, store=store)
+
+
+def _load_engine(base_model: str, config: ModelConfig) -> Engine:
+    if config.engine == "transformers":
+        from art_agents.server.engine import TransformersEngine
+
+        return TransformersEngine.load(base_model, config)
+    if config.engine == "scripted":
+        from art_agents.server.scripted_engine import ScriptedEngine
+
+        return ScriptedEngine.load(base_model, config)
+    raise ServiceError(400, f"engine {config.engine!r} is not available in this server; use engine='transformers'")

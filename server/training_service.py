@@ -1,0 +1,139 @@
+"""One train call of a served model: pause generation, train in place, commit checkpoint N+1, serve it.
+
+The trainer updates the served PEFT model in place while the engine is paused. Checkpoint N+1 is
+the commit: only once it, its trajectories and its history row are on disk does the model serve
+N+1. If any of that fails, the adapter weights are reloaded from checkpoint N, so the served
+step and the served weights always agree (the optimizer state needs no undo: each call loads it
+from the checkpoint it starts from).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from art_agents.jsonl import write_groups
+from art_agents.server import checkpoints
+from art_agents.server.errors import ServiceError
+from art_agents.server.served_model import ServedModel
+from art_agents.wire import TrainEvent, TrainRequest, TrainResult
+
+log = logging.getLogger("art_agents.server")
+
+Spawn = Callable[[Coroutine[Any, Any, None]], "asyncio.Task[None]"]
+
+
+class CheckpointNotSaved(RuntimeError):
+    """Training finished but its checkpoint could not be committed; the previous step serves on."""
+
+
+def check_train_request(request: TrainRequest) -> None:
+    """Refuse empty or malformed groups up front, as a 400 naming the group."""
+    if not request.groups:
+        raise ServiceError(400, "groups is empty; pass at least one trajectory group to train on")
+    for index, group in enumerate(request.groups):
+        try:
+            group.validate_for_training()
+        except ValueError as exc:
+            raise ServiceError(400, f"groups[{index}]: {exc}") from exc
+
+
+async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn) -> AsyncIterator[TrainEvent]:
+    """Run one train call; yields progress events and then a result (or error) event.
+
+    Input errors raised before training starts surface as `ServiceError(400)` from the first
+    `__anext__`, so the HTTP layer can still answer a 4xx instead of a 200 stream. The step runs in
+    a task of its own (`spawn`), so it completes and is saved even if the client hangs up.
+    """
+    check_train_request(request)
+    events: asyncio.Queue[TrainEvent | BaseException | None] = asyncio.Queue()
+    task = spawn(_train(served, request, events))
+    started = False
+    try:
+        while (item := await events.get()) is not None:
+            if isinstance(item, BaseException):
+                if started:
+                    yield TrainEvent(type="error", error=f"{type(item).__name__}: {item}")
+                    return
+                raise item
+            started = True
+            yield item
+    finally:
+        if not task.done():
+            log.info("train stream of %s closed early; the step still completes and is saved", served.info.name)
+
+
+async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Queue) -> None:
+    from art_agents.server.sequences import TrainingInputError
+    from art_agents.server.trainer import PolicyTrainer
+
+    loop = asyncio.get_running_loop()
+
+    def progress(done: int, total: int, metrics: dict[str, float]) -> None:
+        event = TrainEvent(type="progress", done=done, total=total, metrics=metrics)
+        loop.call_soon_threadsafe(events.put_nowait, event)
+
+    try:
+        async with served.lock, served.engine.paused():
+            step = served.step
+            optimizer_state = await asyncio.to_thread(checkpoints.load_optimizer_state, served.model_dir, step)
+            trainer = PolicyTrainer(served.engine.model, served.engine.tokenizer, served.store, optimizer_state)
+            try:
+                metrics = await asyncio.to_thread(trainer.train, request.groups, request.config, progress)
+            finally:
+                served.engine.model.eval()
+            if not metrics.get("skipped"):
+                await asyncio.to_thread(_commit, served, step + 1, trainer.optimizer_state(), metrics, request)
+                step = served.engine.step = step + 1
+            metrics = {**metrics, "step": float(step)}
+        log.info("%s trained: step %d %s", served.info.name, step, json.dumps(metrics))
+        result = TrainResult(step=step, metrics=metrics, config=request.config)
+        events.put_nowait(TrainEvent(type="result", result=result))
+    except TrainingInputError as exc:
+        events.put_nowait(ServiceError(400, str(exc)))
+    except Exception as exc:
+        log.exception("training %s failed; step %d keeps serving", served.info.name, served.step)
+        events.put_nowait(exc)
+    finally:
+        events.put_nowait(None)
+
+
+def _commit(
+    served: ServedModel, step: int, optimizer_state: dict, metrics: dict[str, float], request: TrainRequest
+) -> None:
+    """Write checkpoint `step`, its trajectories and its history row; on failure undo all and reload step-1."""
+    config = request.config.model_dump(mode="json")
+    groups_path = served.model_dir / "trajectories" / "train" / f"{step:04d}.jsonl"
+    try:
+        write_groups(groups_path, request.groups)
+        checkpoints.save_checkpoint(
+            served.model_dir, step, served.engine.model, optimizer_state, {"metrics": metrics, "config": config}
+        )
+        checkpoints.append_history(
+            served.model_dir, {"step": step, "time": time.time(), "metrics": metrics, "config": config}
+        )
+    except Exception as exc:
+        failure = f"saving checkpoint {step} failed ({type(exc).__name__}: {exc})"
+        _roll_back(served, step, groups_path, failure)
+        raise CheckpointNotSaved(
+            f"{failure}; the trained weights were dropped and the last good checkpoint {step - 1} keeps serving"
+        ) from exc
+
+
+def _roll_back(served: ServedModel, step: int, groups_path: Path, failure: str) -> None:
+    """Remove what was written for `step` and put checkpoint step-1's adapter weights back in the model."""
+    good = step - 1
+    try:
+        served.engine.load_adapter(checkpoints.checkpoint_path(served.model_dir, good))
+        checkpoints.discard_checkpoint(served.model_dir, step)
+        groups_path.unlink(missing_ok=True)
+    except Exception as undo:
+        raise CheckpointNotSaved(
+            f"{failure}, and restoring checkpoint {good} failed too ({type(undo).__name__}: {undo}); the served "
+            f"weights may not match step {good}: restart the server to reload its latest checkpoint"
+        ) from undo
