@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+
+from art_agents.atomic import write_text_atomic
 
 CACHE_FORMAT = 1
 
@@ -76,13 +77,4 @@ class JudgeCache:
             cost_usd=cost_usd,
             created_at=time.time(),
         )
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".json")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(entry.model_dump_json())
-            os.replace(temp, path)
-        except BaseException:
-            Path(temp).unlink(missing_ok=True)
-            raise
+        write_text_atomic(self._path(key), entry.model_dump_json())
