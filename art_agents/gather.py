@@ -25,7 +25,7 @@ class _Progress:
     def __init__(self, total: int, desc: str | None) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc=desc or "gather", unit="rollout", disable=desc is False)  # type: ignore[comparison-overlap]
+        self.bar = tqdm(total=total, desc=desc, unit="rollout", disable=desc is None)
         self.rewards: list[float] = []
         self.exceptions = 0
 
@@ -50,7 +50,8 @@ async def gather_trajectory_groups(
     """Finish every group concurrently; failed rollouts are counted, not fatal, up to a budget.
 
     `after_each` runs on each finished group (scoring it with RULER, say) and may return a
-    replacement, or None to drop the group. Groups keep their input order.
+    replacement, or None to drop the group. Groups keep their input order. `pbar_desc=None` hides
+    the progress bar.
     """
     groups = [g if isinstance(g, TrajectoryGroup) else await g for g in groups]
     total = sum(len(g.trajectories) + g.pending for g in groups)

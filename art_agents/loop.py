@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from art_agents.errors import ArtError
 from art_agents.gather import AfterEach, gather_trajectory_groups
 from art_agents.model import TrainableModel
 from art_agents.schema import Schema
@@ -22,10 +23,12 @@ from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 RolloutFn = Callable[[TrainableModel, Any], Awaitable[Trajectory]]
+MAX_IDLE_DRAWS = 5  # draws in a row without a training signal before the loop gives up
 
 
 class StepRecord(Schema):
     step: int = Field(description="The step served after this train call.")
+    advanced: bool = Field(description="False when no group had a reward spread, so nothing trained.")
     reward_mean: float
     rollouts: int
     exceptions: int
@@ -49,18 +52,21 @@ async def train_loop(
 ) -> list[StepRecord]:
     """Train until the model's step has advanced `steps` times; resumes from the current step.
 
-    Each step draws `groups_per_step` scenarios (a fixed shuffle per seed, cycled), runs
-    `rollouts_per_group` rollouts of each, and trains on the groups.
+    Each draw takes `groups_per_step` scenarios (a fixed shuffle per seed, cycled), runs
+    `rollouts_per_group` rollouts of each, and trains on the groups. A draw whose groups all have
+    equal rewards carries no signal and does not advance the step (the record says so); it is
+    followed by a fresh draw, up to `MAX_IDLE_DRAWS` in a row.
     """
     if not scenarios:
         raise ValueError("train_loop needs at least one scenario")
     order = list(range(len(scenarios)))
     random.Random(seed).shuffle(order)
     records: list[StepRecord] = []
-    start = await model.get_step()
-    for offset in range(steps):
-        step = start + offset
-        picks = [scenarios[order[(step * groups_per_step + i) % len(order)]] for i in range(groups_per_step)]
+    step = draw = await model.get_step()
+    target, idle = step + steps, 0
+    while step < target:
+        picks = [scenarios[order[(draw * groups_per_step + i) % len(order)]] for i in range(groups_per_step)]
+        draw += 1
         began = time.perf_counter()
         groups = await gather_trajectory_groups(
             (TrajectoryGroup(rollout(model, s) for _ in range(rollouts_per_group)) for s in picks),
@@ -75,6 +81,7 @@ async def train_loop(
         records.append(
             StepRecord(
                 step=result.step,
+                advanced=result.step > step,
                 reward_mean=sum(rewards) / len(rewards) if rewards else 0.0,
                 rollouts=len(rewards),
                 exceptions=sum(len(g.exceptions) for g in groups),
@@ -83,6 +90,13 @@ async def train_loop(
                 metrics=result.metrics,
             )
         )
+        idle = 0 if result.step > step else idle + 1
+        if idle >= MAX_IDLE_DRAWS:
+            raise ArtError(
+                f"{idle} draws in a row trained nothing: within every group all rollouts got the same reward, so "
+                "there was no signal; make the reward tell attempts apart, or raise rollouts_per_group or temperature"
+            )
+        step = result.step
     return records
 
 

@@ -40,6 +40,7 @@ def train(
         typer.echo(
             f"step {record.step}: reward {record.reward_mean:.3f} over {record.rollouts} rollouts "
             f"(rollout {record.rollout_s:.1f}s, train {record.train_s:.1f}s)"
+            + ("" if record.advanced else "; no update: every group's rewards were equal")
         )
 
 

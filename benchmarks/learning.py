@@ -81,7 +81,7 @@ COLOURS = {
 COLOUR_WORDS = ["red", "orange", "yellow", "green", "blue", "purple", "pink", "brown", "black", "white", "grey",
                 "violet", "indigo", "gold", "silver", "beige", "tan", "cream"]  # fmt: skip
 OPPOSITES = {
-    "hot": "cold", "cold": "hot", "up": "down", "down": "up", "day": "night", "night": "day", "fast": "slow",
+    "hot": "cold", "cold": "hot", "day": "night", "night": "day", "fast": "slow",
     "slow": "fast", "happy": "sad", "sad": "happy", "dark": "light", "tall": "short", "young": "old",
     "open": "closed", "wet": "dry", "dry": "wet", "soft": "hard", "early": "late", "late": "early",
     "full": "empty", "empty": "full", "rich": "poor", "poor": "rich", "strong": "weak", "weak": "strong",
@@ -115,7 +115,7 @@ ALIASES = {"kyiv": ["kiev"], "bern": ["berne"], "closed": ["shut"], "big": ["lar
 
 SYSTEM_PROMPT = (
     "Answer the question with one short sentence. Put the answer in square brackets. Give exactly one answer.\n"
-    "Example:\nQuestion: What is the capital of Italy?\nAnswer: The capital of Italy is [Rome]."
+    "Example:\nQuestion: What is the opposite of up?\nAnswer: The opposite of up is [down]."
 )
 BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
@@ -323,7 +323,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--target-modules", default="q_proj,k_proj,v_proj,o_proj")
     p.add_argument("--prompts-per-step", type=int, default=4, help="groups per training step")
     p.add_argument("--group-size", type=int, default=6, help="rollouts per group")
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of training rollouts")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature of training rollouts")
     p.add_argument("--max-tokens", type=int, default=16, help="max tokens of every reply (training and evaluation)")
     p.add_argument("--eval-temperature", type=float, default=0.0, help="0 is greedy")
     p.add_argument("--eval-limit", type=int, default=0, help="evaluate only the first N held-out prompts (0: all)")
@@ -450,6 +450,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         f"steps {steps}, wall {wall_s / 60:.1f} min (load {load_s:.0f}s, evaluations {before.seconds:.0f}s + "
         f"{after.seconds:.0f}s), per step: rollout {statistics.fmean(rollout_s or [0]):.1f}s + train {statistics.fmean(train_s or [0]):.1f}s"
     )
+    for kind in dict.fromkeys(i.kind for i in heldout):
+        rows = [i for i, item in enumerate(heldout) if item.kind == kind]
+        parts = "  ".join(
+            f"{part} {_mean(before.scores, rows, part):.0f} -> {_mean(after.scores, rows, part):.0f}"
+            for part in ("reward", "format_ok", "correct")
+        )
+        print(f"{kind:>16} ({len(rows)}): {parts}")
     shown = _sample_indices(heldout)
     for i in shown:
         print(f"\nQ: {heldout[i].question}  (answer: {heldout[i].answer})")
@@ -468,6 +475,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         per_prompt={"before": [asdict(s) for s in before.scores], "after": [asdict(s) for s in after.scores]},
     )
     return summary
+
+
+def _mean(scores: list[Score], rows: list[int], part: str) -> float:
+    return 100 * statistics.fmean(float(getattr(scores[i], part)) for i in rows)
 
 
 def _sample_indices(items: list[Item]) -> list[int]:

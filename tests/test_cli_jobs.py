@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
+
+import pytest
+
+from art_agents import ArtError, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
+from art_agents.loop import MAX_IDLE_DRAWS, train_loop
 
 
 def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:
@@ -72,9 +78,43 @@ def test_train_runs_a_job_file_end_to_end(tiny_model_path, tmp_path) -> None:
     # run from elsewhere: the rollout module, scenarios and art path are found beside the job file
     result = run_cli("train", str(job_dir / "job.toml"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
-    steps = [line for line in result.stdout.splitlines() if line.startswith("step ")]
+    # a draw where every group's rewards are equal trains nothing and is drawn again
+    steps = [line for line in result.stdout.splitlines() if line.startswith("step ") and "no update" not in line]
     assert [line.split(":")[0] for line in steps] == ["step 1", "step 2"], result.stdout
     assert all("over 8 rollouts" in line for line in steps)
     history = (job_dir / "art" / "cli" / "models" / "toy" / "history.jsonl").read_text().splitlines()
     assert [json.loads(row)["step"] for row in history] == [1, 2]
     assert json.loads(history[0])["config"]["learning_rate"] == 1e-3
+
+
+class ServerThatSkipsFlatGroups:
+    """Just what `train_loop` uses of a model: the step advances only when some group's rewards differ."""
+
+    def __init__(self) -> None:
+        self.step, self.calls = 0, 0
+
+    async def get_step(self) -> int:
+        return self.step
+
+    async def train(self, groups: list[TrajectoryGroup], config: TrainConfig | None = None) -> TrainResult:
+        self.calls += 1
+        self.step += any(len(set(g.rewards())) > 1 for g in groups)
+        return TrainResult(step=self.step, config=config or TrainConfig())
+
+
+async def test_train_loop_draws_again_when_a_draw_trains_nothing() -> None:
+    async def attempt(model: ServerThatSkipsFlatGroups, scenario: dict) -> Trajectory:
+        reward = next(scenario["rewards"])
+        return Trajectory(
+            messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}], reward=reward
+        )
+
+    flat_then_spread = {"rewards": itertools.chain([0.0] * 4, itertools.cycle([0.0, 1.0]))}
+    model = ServerThatSkipsFlatGroups()
+    records = await train_loop(model, attempt, [flat_then_spread], steps=2, groups_per_step=2, rollouts_per_group=2)
+    assert [(r.step, r.advanced) for r in records] == [(0, False), (1, True), (2, True)]
+    assert model.calls == 3
+
+    always_flat = {"rewards": itertools.repeat(0.5)}
+    with pytest.raises(ArtError, match=f"{MAX_IDLE_DRAWS} draws in a row trained nothing"):
+        await train_loop(model, attempt, [always_flat], steps=1, groups_per_step=1, rollouts_per_group=2)

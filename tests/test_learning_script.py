@@ -59,7 +59,7 @@ def test_split_is_fixed_stratified_and_disjoint(learning: ModuleType) -> None:
     train, heldout = learning.split(items)
     assert learning.split(items) == (train, heldout)
     assert not {i.question for i in train} & {i.question for i in heldout}
-    assert {i.kind for i in heldout} == {i.kind for i in train} == {"capital", "colour", "opposite"}
+    assert {i.kind for i in heldout} == {i.kind for i in train} == {"capital", "colour", "opposite", "plural"}
     assert len(train) + len(heldout) == len(items) >= 200
 
 
