@@ -78,9 +78,10 @@ def _prepare(request: httpx.Request) -> _Call | None:
     return _Call(trajectory, body)
 
 
-def _decoded_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
-    """Headers for a response whose body we hand on already decoded."""
-    return [(k, v) for k, v in response.headers.raw if k.lower() not in (b"content-encoding", b"content-length")]
+def _handed_on(response: httpx.Response, **body: Any) -> httpx.Response:
+    """The response passed to the client with its body (`content` or `stream`) already decoded."""
+    headers = [(k, v) for k, v in response.headers.raw if k.lower() not in (b"content-encoding", b"content-length")]
+    return httpx.Response(response.status_code, headers=headers, extensions=response.extensions, **body)
 
 
 class StreamAssembler:
@@ -184,13 +185,11 @@ class CaptureAsyncTransport(httpx.AsyncBaseTransport):
         response = await self._inner.handle_async_request(request)
         if call is None or response.status_code >= 400:
             return response
-        headers = _decoded_headers(response)
         if call.body.get("stream"):
-            stream = _RecordingAsyncStream(response, call)
-            return httpx.Response(response.status_code, headers=headers, stream=stream, extensions=response.extensions)
+            return _handed_on(response, stream=_RecordingAsyncStream(response, call))
         content = await response.aread()
         call.record_body(content)
-        return httpx.Response(response.status_code, headers=headers, content=content, extensions=response.extensions)
+        return _handed_on(response, content=content)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -207,13 +206,11 @@ class CaptureTransport(httpx.BaseTransport):
         response = self._inner.handle_request(request)
         if call is None or response.status_code >= 400:
             return response
-        headers = _decoded_headers(response)
         if call.body.get("stream"):
-            stream = _RecordingSyncStream(response, call)
-            return httpx.Response(response.status_code, headers=headers, stream=stream, extensions=response.extensions)
+            return _handed_on(response, stream=_RecordingSyncStream(response, call))
         content = response.read()
         call.record_body(content)
-        return httpx.Response(response.status_code, headers=headers, content=content, extensions=response.extensions)
+        return _handed_on(response, content=content)
 
     def close(self) -> None:
         self._inner.close()

@@ -257,7 +257,7 @@ async def evaluate(
 
     started = time.perf_counter()
     results = await gather_trajectories(
-        [answer(client, model, item, sampling, seed + i) for i, item in enumerate(items)], pbar_desc=False
+        [answer(client, model, item, sampling, seed + i) for i, item in enumerate(items)], pbar_desc=None
     )
     failed = [r for r in results if isinstance(r, RolloutException)]
     if failed:
@@ -318,7 +318,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-min", type=float, default=15.0, help="wall-time budget of the whole run, minutes")
     p.add_argument("--steps", type=int, default=1000, help="at most this many training steps")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=2e-3, help="AdamW learning rate of the LoRA")
+    p.add_argument("--lr", type=float, default=5e-4, help="AdamW learning rate of the LoRA")
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--target-modules", default="q_proj,k_proj,v_proj,o_proj")
     p.add_argument("--prompts-per-step", type=int, default=4, help="groups per training step")
@@ -423,7 +423,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     for p, item in enumerate(batch)
                 ],
-                pbar_desc=False,
+                pbar_desc=None,
             )
             t1 = time.perf_counter()
             result = await model.train(groups, train_config, progress=False)

@@ -77,7 +77,9 @@ class ScriptedOpenAI:
                     count = server.rollout_counts[self.path.rsplit("/", 1)[1]]
                     self._send(200, json.dumps({"completions": count}).encode())
                     return
-                self._send(200, json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}).encode())
+                self._send(
+                    200, json.dumps({"object": "list", "data": [{"id": "scripted", "object": "model"}]}).encode()
+                )
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length", 0))) or b"{}")
@@ -108,15 +110,28 @@ class ScriptedOpenAI:
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("transfer-encoding", "chunked")
                 self.end_headers()
-                base = {"id": completion_id, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+                base = {
+                    "id": completion_id,
+                    "object": "chat.completion.chunk",
+                    "created": int(time.time()),
+                    "model": model,
+                }
                 deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
                 content = message.get("content") or ""
                 deltas += [{"content": content[i : i + 3]} for i in range(0, len(content), 3)]
                 for index, call in enumerate(message.get("tool_calls") or []):
                     arguments = call["function"]["arguments"]
                     half = len(arguments) // 2
-                    head = {"index": index, "id": call["id"], "type": "function", "function": {"name": call["function"]["name"], "arguments": arguments[:half]}}
-                    deltas += [{"tool_calls": [head]}, {"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]}]
+                    head = {
+                        "index": index,
+                        "id": call["id"],
+                        "type": "function",
+                        "function": {"name": call["function"]["name"], "arguments": arguments[:half]},
+                    }
+                    deltas += [
+                        {"tool_calls": [head]},
+                        {"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]},
+                    ]
                 chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
                 chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
                 for chunk in chunks:

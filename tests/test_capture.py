@@ -27,7 +27,10 @@ async def test_records_calls_in_order_with_tool_calls_and_streaming(scripted) ->
     messages: list[dict] = [{"role": "system", "content": "sys"}, {"role": "user", "content": "1+2?"}]
     async with rollout(task="add") as traj:
         first = await client.chat.completions.create(model="agent", messages=messages, tools=[TOOL])
-        messages += [first.choices[0].message.model_dump(exclude_none=True), {"role": "tool", "tool_call_id": "call_1", "content": "3"}]
+        messages += [
+            first.choices[0].message.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+        ]
         stream = await client.chat.completions.create(model="agent", messages=messages, stream=True)
         text = "".join([chunk.choices[0].delta.content or "" async for chunk in stream])
     assert text == "three"
@@ -48,7 +51,9 @@ async def test_streamed_tool_calls_are_assembled(scripted) -> None:
     scripted.replies = [{"content": "", "tool_calls": [CALL]}]
     client = model_for(scripted).openai_client()
     async with rollout() as traj:
-        stream = await client.chat.completions.create(model="agent", messages=[{"role": "user", "content": "x"}], stream=True)
+        stream = await client.chat.completions.create(
+            model="agent", messages=[{"role": "user", "content": "x"}], stream=True
+        )
         async for _ in stream:
             pass
     [call] = traj.messages[-1].tool_calls
@@ -72,7 +77,10 @@ async def test_nothing_is_recorded_outside_a_rollout_or_by_other_clients(scripte
     async with rollout() as traj:
         await theirs.chat.completions.create(model="agent", messages=[{"role": "user", "content": "theirs"}])
         async with httpx.AsyncClient() as plain:
-            await plain.post(f"{scripted.base_url}/chat/completions", json={"model": "m", "messages": [{"role": "user", "content": "raw"}]})
+            await plain.post(
+                f"{scripted.base_url}/chat/completions",
+                json={"model": "m", "messages": [{"role": "user", "content": "raw"}]},
+            )
         await ours.chat.completions.create(model="agent", messages=[{"role": "user", "content": "inside"}])
     await ours.chat.completions.create(model="agent", messages=[{"role": "user", "content": "after"}])
     assert [m.text() for m in traj.messages] == ["inside", "ok"]
@@ -91,7 +99,10 @@ async def test_fifty_concurrent_rollouts_keep_their_turns_apart(scripted) -> Non
             history = [{"role": "user", "content": f"task {i}"}]
             for turn in range(3):
                 reply = await client.chat.completions.create(model="agent", messages=history)
-                history += [{"role": "assistant", "content": reply.choices[0].message.content}, {"role": "user", "content": f"{i}.{turn}"}]
+                history += [
+                    {"role": "assistant", "content": reply.choices[0].message.content},
+                    {"role": "user", "content": f"{i}.{turn}"},
+                ]
                 await asyncio.sleep(0)
         return traj
 
@@ -107,8 +118,12 @@ async def test_fifty_concurrent_rollouts_keep_their_turns_apart(scripted) -> Non
 async def test_a_different_system_prompt_becomes_a_second_history(scripted) -> None:
     client = model_for(scripted).openai_client()
     async with rollout() as traj:
-        await client.chat.completions.create(model="agent", messages=[{"role": "system", "content": "planner"}, {"role": "user", "content": "q"}])
-        await client.chat.completions.create(model="agent", messages=[{"role": "system", "content": "critic"}, {"role": "user", "content": "q"}])
+        await client.chat.completions.create(
+            model="agent", messages=[{"role": "system", "content": "planner"}, {"role": "user", "content": "q"}]
+        )
+        await client.chat.completions.create(
+            model="agent", messages=[{"role": "system", "content": "critic"}, {"role": "user", "content": "q"}]
+        )
     assert traj.messages[0].content == "planner"
     assert traj.additional_histories[0].messages[0].content == "critic"
     assert [(t.history, t.index) for t in traj.turns] == [(0, 2), (1, 2)]
@@ -136,5 +151,3 @@ async def test_a_raising_rollout_keeps_its_partial_trajectory(scripted) -> None:
     traj = info.value.trajectory
     assert traj.failed and len(traj.turns) == 1
     assert "tool exploded" in traj.logs[0]
-
-

@@ -67,7 +67,9 @@ async def test_after_each_can_drop_and_replace_groups() -> None:
 
 
 async def test_gather_trajectories_keeps_order_and_failures_in_place() -> None:
-    results = await gather_trajectories([attempt(1), attempt(2, fail=True), attempt(3)], max_exceptions=1, pbar_desc=None)
+    results = await gather_trajectories(
+        [attempt(1), attempt(2, fail=True), attempt(3)], max_exceptions=1, pbar_desc=None
+    )
     assert [getattr(r, "reward", None) for r in results] == [1, None, 3]
     assert results[1].message == "bad 2"
 

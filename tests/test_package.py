@@ -17,7 +17,10 @@ def test_import_is_fast_and_pulls_no_heavy_packages() -> None:
         "print(json.dumps({'s': time.process_time() - t, 'mods': sorted(sys.modules)}))"
     )
     best = min(
-        (json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout) for _ in range(3)),
+        (
+            json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+            for _ in range(3)
+        ),
         key=lambda r: r["s"],
     )
     assert best["s"] < 0.5, f"import art_agents took {best['s']:.2f}s"
@@ -28,7 +31,11 @@ def test_import_is_fast_and_pulls_no_heavy_packages() -> None:
 def test_cli_version_and_help() -> None:
     import art_agents
 
-    version = subprocess.run([sys.executable, "-m", "art_agents", "--version"], capture_output=True, text=True, check=True)
+    version = subprocess.run(
+        [sys.executable, "-m", "art_agents", "--version"], capture_output=True, text=True, check=True
+    )
     assert version.stdout.strip() == f"art-agents {art_agents.__version__}"
-    help_text = subprocess.run([sys.executable, "-m", "art_agents", "--help"], capture_output=True, text=True, check=True).stdout
+    help_text = subprocess.run(
+        [sys.executable, "-m", "art_agents", "--help"], capture_output=True, text=True, check=True
+    ).stdout
     assert "report" in help_text
