@@ -30,6 +30,7 @@ from art_agents.wire import (
     StepInfo,
     TrainEvent,
     TrainRequest,
+    TrainResult,
 )
 
 if TYPE_CHECKING:
@@ -47,9 +48,14 @@ class Backend(Protocol):
 
     async def register(self, model: TrainableModel) -> ModelInfo: ...
     async def get_step(self, model: TrainableModel) -> int: ...
-    def train_events(
-        self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig
-    ) -> AsyncIterator[TrainEvent]: ...
+    async def train(
+        self,
+        model: TrainableModel,
+        groups: list[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        *,
+        progress: bool = True,
+    ) -> TrainResult: ...
     async def list_checkpoints(self, model: TrainableModel) -> list[CheckpointInfo]: ...
     async def delete_checkpoints(self, model: TrainableModel, steps: list[int] | None = None) -> list[int]: ...
     async def close(self) -> None: ...
@@ -105,6 +111,37 @@ class RemoteBackend:
                 f"the connection to {self.base_url} broke during training ({exc}); the server keeps serving its "
                 "last good checkpoint, and the same train call can be retried once it is back"
             ) from exc
+
+    async def train(
+        self,
+        model: TrainableModel,
+        groups: list[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        *,
+        progress: bool = True,
+    ) -> TrainResult:
+        """One GRPO step on the groups; returns when the new checkpoint is being served."""
+        from tqdm.auto import tqdm
+
+        for index, group in enumerate(groups):
+            try:
+                group.validate_for_training()
+            except ValueError as exc:
+                raise ValueError(f"groups[{index}]: {exc}") from exc
+        result: TrainResult | None = None
+        with tqdm(desc=f"train {model.name}", unit="seq", disable=not progress, leave=False) as bar:
+            async for event in self.train_events(model, groups, config or TrainConfig()):
+                if event.type == "error":
+                    raise ArtError(f"training failed on the server: {event.error}")
+                if event.type == "progress":
+                    bar.total = event.total
+                    bar.n = event.done
+                    bar.set_postfix({k: f"{v:.3g}" for k, v in event.metrics.items()}, refresh=True)
+                if event.type == "result":
+                    result = event.result
+        if result is None:
+            raise ArtError("the server closed the train stream without a result; retry the same call")
+        return result
 
     async def list_checkpoints(self, model: TrainableModel) -> list[CheckpointInfo]:
         rows = await self._request("GET", f"/models/{model.name}/checkpoints")

@@ -110,30 +110,7 @@ class TrainableModel(Model):
         self, groups: list[TrajectoryGroup], config: TrainConfig | None = None, *, progress: bool = True
     ) -> TrainResult:
         """One GRPO step on the groups; returns when the new checkpoint is being served."""
-        from tqdm.auto import tqdm
-
-        for index, group in enumerate(groups):
-            try:
-                group.validate_for_training()
-            except ValueError as exc:
-                raise ValueError(f"groups[{index}]: {exc}") from exc
-        config = config or TrainConfig()
-        result: TrainResult | None = None
-        with tqdm(desc=f"train {self.name}", unit="seq", disable=not progress, leave=False) as bar:
-            async for event in self.backend.train_events(self, groups, config):
-                if event.type == "error":
-                    raise ArtError(
-                        f"training failed on the server: {event.error}; the last good checkpoint keeps serving"
-                    )
-                if event.type == "progress":
-                    bar.total = event.total
-                    bar.n = event.done
-                    bar.set_postfix({k: f"{v:.3g}" for k, v in event.metrics.items()}, refresh=True)
-                if event.type == "result":
-                    result = event.result
-        if result is None:
-            raise ArtError("the server closed the train stream without a result; retry the same call")
-        return result
+        return await self.backend.train(self, groups, config, progress=progress)
 
     async def delete_checkpoints(self, steps: list[int] | None = None) -> list[int]:
         """Delete the given steps, or all but the latest; returns the deleted steps."""
