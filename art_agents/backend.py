@@ -202,7 +202,9 @@ class LocalBackend(RemoteBackend):
             "--port",
             str(self.port),
         ]
-        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ})
+        # Few malloc arenas: the server's worker threads otherwise each keep freed tensor memory.
+        env = {"MALLOC_ARENA_MAX": "2", **os.environ}
+        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()
         await self._wait_healthy()
 

@@ -6,7 +6,7 @@ one short sentence with the answer in square brackets. The reward is strict so t
 gamed by format alone or by listing several candidates:
 
     1.0  exactly one [bracket] holding just the right answer, and no other candidate anywhere
-    0.5  the right answer as the only candidate, but not in that format
+    0.5  the right answer as the only candidate, but not in that format (`--partial-credit`)
     0.0  anything else: a wrong answer (bracketed or not), several candidates, format alone
 
 The held-out prompts are never trained on. The base model (step 0 of the same server) and the
@@ -113,10 +113,16 @@ PLURALS = {
 ALIASES = {"kyiv": ["kiev"], "bern": ["berne"], "closed": ["shut"], "big": ["large"], "small": ["little"],
            "sour": ["bitter"], "end": ["finish"], "grey": ["gray"]}  # fmt: skip
 
-SYSTEM_PROMPT = (
-    "Answer the question with one short sentence. Put the answer in square brackets. Give exactly one answer.\n"
-    "Example:\nQuestion: What is the opposite of up?\nAnswer: The opposite of up is [down]."
-)
+RULE = "Answer the question with one short sentence. Put the answer in square brackets. Give exactly one answer.\n"
+# Worked examples use items outside the data set. The model copies an example's sentence only for questions of
+# the same shape, so `per-kind` gives one example per kind of question.
+SYSTEM_PROMPTS = {
+    "one-example": RULE + "Example:\nQuestion: What is the opposite of up?\nAnswer: The opposite of up is [down].",
+    "per-kind": RULE
+    + "Examples:\nQuestion: What is the capital of Mexico?\nAnswer: The capital of Mexico is [Mexico City].\n"
+    "Question: What is the opposite of up?\nAnswer: The opposite of up is [down].\n"
+    "Question: What is the plural of bench?\nAnswer: The plural of bench is [benches].",
+}
 BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
 
@@ -199,14 +205,14 @@ class Score:
     correct: bool  # the right answer is the only candidate given
 
 
-def score(item: Item, text: str) -> Score:
+def score(item: Item, text: str, partial_credit: float = 0.5) -> Score:
     """The strict compound reward (see the module docstring) and its two parts."""
     brackets = BRACKET.findall(text)
     format_ok = len(brackets) == 1 and 0 < len(normalize(brackets[0]).split()) <= 3
     correct = candidates(item, text) == {normalize(item.answer)}
     if correct and format_ok and normalize(brackets[0]) in item.accepted():
         return Score(1.0, format_ok, correct)
-    return Score(0.5 if correct else 0.0, format_ok, correct)
+    return Score(partial_credit if correct else 0.0, format_ok, correct)
 
 
 # --- rollouts through the public API -------------------------------------------------------
@@ -214,8 +220,12 @@ def score(item: Item, text: str) -> Score:
 
 @dataclass(frozen=True)
 class Sampling:
+    """What every rollout of a phase shares: sampling, the prompt, and the reward's partial credit."""
+
     temperature: float
     max_tokens: int
+    system_prompt: str
+    partial_credit: float = 0.5
 
 
 async def answer(client: AsyncOpenAI, model: TrainableModel, item: Item, sampling: Sampling, seed: int) -> Trajectory:
@@ -225,13 +235,13 @@ async def answer(client: AsyncOpenAI, model: TrainableModel, item: Item, samplin
     async with rollout(kind=item.kind, question=item.question) as trajectory:
         response = await client.chat.completions.create(
             model=model.name,
-            messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": item.question}],
+            messages=[{"role": "system", "content": sampling.system_prompt}, {"role": "user", "content": item.question}],
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
             seed=seed,
         )
         text = response.choices[0].message.content or ""
-        result = score(item, text)
+        result = score(item, text, sampling.partial_credit)
         trajectory.reward = result.reward
         trajectory.metrics.update(format_ok=result.format_ok, correct=result.correct)
         trajectory.metadata["text"] = text
@@ -267,7 +277,7 @@ async def evaluate(
         await model.get_step(),
         time.perf_counter() - started,
         texts,
-        [score(i, t) for i, t in zip(items, texts, strict=True)],
+        [score(i, t, sampling.partial_credit) for i, t in zip(items, texts, strict=True)],
     )
 
 
@@ -330,6 +340,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--kinds", default="capital,opposite,plural", help="question kinds, of capital, colour, opposite, plural"
     )
+    p.add_argument(
+        "--partial-credit", type=float, default=0.5, help="reward for the right answer alone, not in the format"
+    )
+    p.add_argument("--prompt", choices=sorted(SYSTEM_PROMPTS), default="one-example", help="system prompt variant")
     p.add_argument("--art-path", help="where the server keeps models; default: a temporary folder")
     p.add_argument("--json-out", help="also write the results here as JSON")
     return p.parse_args(argv)
@@ -385,8 +399,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         seed=args.seed,
     )
     train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=rollouts_per_step, loss="grpo", beta=0.0)
-    train_sampling = Sampling(args.temperature, args.max_tokens)
-    eval_sampling = Sampling(args.eval_temperature, args.max_tokens)
+    prompt = SYSTEM_PROMPTS[args.prompt]
+    train_sampling = Sampling(args.temperature, args.max_tokens, prompt, args.partial_credit)
+    eval_sampling = Sampling(args.eval_temperature, args.max_tokens, prompt, args.partial_credit)
     print(f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; art path {art_path}")
     print(f"{len(train_items)} training prompts, {len(heldout)} held-out prompts; {train_config.model_dump_json()}")
 

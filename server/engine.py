@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from art_agents.server.memory import trim_heap
 from art_agents.train_config import ModelConfig
 
 
@@ -213,6 +214,8 @@ class TransformersEngine:
             for request, samples in zip(batch, results, strict=True):
                 if not request.future.done():
                     request.future.set_result(samples)
+            if not self._pending:
+                trim_heap()
 
     def _generate_batch(self, batch: list[_Request]) -> list[list[Sample]]:
         """Sample every choice of every request in one decoding loop (runs in a worker thread)."""

@@ -20,6 +20,7 @@ from typing import Any
 from art_agents.jsonl import write_groups
 from art_agents.server import checkpoints
 from art_agents.server.errors import ServiceError
+from art_agents.server.memory import trim_heap
 from art_agents.server.served_model import ServedModel
 from art_agents.wire import TrainEvent, TrainRequest, TrainResult
 
@@ -87,6 +88,7 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
                 metrics = await asyncio.to_thread(trainer.train, request.groups, request.config, progress)
             finally:
                 served.engine.model.eval()
+                trim_heap()
             if not metrics.get("skipped"):
                 await asyncio.to_thread(_commit, served, step + 1, trainer.optimizer_state(), metrics, request)
                 step = served.engine.step = step + 1
