@@ -1,13 +1,16 @@
 """Proof of learning: GRPO on a real chat model, offline, through the public API only.
 
-The task: short factual questions (capitals, colours of things, opposites) with a known answer.
-The user states what they want in the system prompt, a rule plus one worked example: answer in
-one short sentence with the answer in square brackets. The reward is strict so that it cannot be
-gamed by format alone or by listing several candidates:
+The task: short factual questions (capitals, opposites, plurals; colours with `--kinds`) with a
+known answer. The user states what they want in the system prompt: a rule plus one worked example
+per kind of question (answer in one short sentence with the answer in square brackets). The reward
+is strict so that it cannot be gamed by format alone or by listing several candidates:
 
     1.0  exactly one [bracket] holding just the right answer, and no other candidate anywhere
-    0.5  the right answer as the only candidate, but not in that format (`--partial-credit`)
-    0.0  anything else: a wrong answer (bracketed or not), several candidates, format alone
+    0.0  anything else: a wrong answer (bracketed or not), several candidates, format alone,
+         and by default the right answer outside the format (`--partial-credit 0.5` pays it half)
+
+Partial credit for the bare answer lets "plain and right" outscore "bracketed and wrong": the
+model then unlearns the format instead of learning it (measured; see the README).
 
 The held-out prompts are never trained on. The base model (step 0 of the same server) and the
 trained adapter are evaluated on them with the same sampling settings and seeds; the script prints
@@ -205,7 +208,7 @@ class Score:
     correct: bool  # the right answer is the only candidate given
 
 
-def score(item: Item, text: str, partial_credit: float = 0.5) -> Score:
+def score(item: Item, text: str, partial_credit: float = 0.0) -> Score:
     """The strict compound reward (see the module docstring) and its two parts."""
     brackets = BRACKET.findall(text)
     format_ok = len(brackets) == 1 and 0 < len(normalize(brackets[0]).split()) <= 3
@@ -225,7 +228,7 @@ class Sampling:
     temperature: float
     max_tokens: int
     system_prompt: str
-    partial_credit: float = 0.5
+    partial_credit: float = 0.0
 
 
 async def answer(client: AsyncOpenAI, model: TrainableModel, item: Item, sampling: Sampling, seed: int) -> Trajectory:
@@ -341,9 +344,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--kinds", default="capital,opposite,plural", help="question kinds, of capital, colour, opposite, plural"
     )
     p.add_argument(
-        "--partial-credit", type=float, default=0.5, help="reward for the right answer alone, not in the format"
+        "--partial-credit", type=float, default=0.0, help="reward for the right answer alone, not in the format"
     )
-    p.add_argument("--prompt", choices=sorted(SYSTEM_PROMPTS), default="one-example", help="system prompt variant")
+    p.add_argument("--prompt", choices=sorted(SYSTEM_PROMPTS), default="per-kind", help="system prompt variant")
     p.add_argument("--art-path", help="where the server keeps models; default: a temporary folder")
     p.add_argument("--json-out", help="also write the results here as JSON")
     return p.parse_args(argv)

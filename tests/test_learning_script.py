@@ -50,8 +50,10 @@ def test_strict_compound_reward(
     format_ok: bool,
     correct: bool,
 ) -> None:
-    result = learning.score(learning.Item(kind, question, answer), reply)
+    item = learning.Item(kind, question, answer)
+    result = learning.score(item, reply, partial_credit=0.5)
     assert (result.reward, result.format_ok, result.correct) == (reward, format_ok, correct)
+    assert learning.score(item, reply).reward == (1.0 if reward == 1.0 else 0.0)  # default: no partial credit
 
 
 def test_split_is_fixed_stratified_and_disjoint(learning: ModuleType) -> None:
