@@ -201,6 +201,8 @@ class LocalBackend(RemoteBackend):
             str(self.art_path),
             "--port",
             str(self.port),
+            "--exit-with-parent",
+            str(os.getpid()),
         ]
         # Few malloc arenas: the server's worker threads otherwise each keep freed tensor memory.
         env = {"MALLOC_ARENA_MAX": "2", **os.environ}

@@ -39,6 +39,9 @@ def serve(
         str | None, typer.Option(envvar="ART_AGENTS_API_KEY", help="Bearer token clients must send.")
     ] = None,
     log_level: Annotated[str, typer.Option()] = "info",
+    exit_with_parent: Annotated[
+        int | None, typer.Option(help="Shut down when the process with this pid exits (LocalBackend sets it).")
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API and the training routes."""
     try:
@@ -53,6 +56,10 @@ def serve(
     from art_agents.server.app import create_app
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if exit_with_parent is not None:
+        from art_agents.server.parent_watch import exit_with_parent as watch_parent
+
+        watch_parent(exit_with_parent)
     uvicorn.run(create_app(art_path, api_key=api_key), host=host, port=port, log_level=log_level)
 
 

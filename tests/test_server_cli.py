@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from art_agents.backend import LocalBackend
@@ -49,3 +54,39 @@ def test_tiny_model_command_builds_a_loadable_model(tmp_path: Path) -> None:
         "<tools>" in rendered
         and tokenizer.decode(tokenizer.encode("<tool_call>x</tool_call>")) == "<tool_call>x</tool_call>"
     )
+
+
+def test_local_server_exits_when_its_parent_dies(tmp_path: Path, tiny_model_path: Path) -> None:
+    """A rollout script killed mid-run must not leave its child server holding the model in memory."""
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import asyncio, sys, time\n"
+        "from art_agents import LocalBackend, TrainableModel\n"
+        "async def main():\n"
+        f"    backend = LocalBackend({str(tmp_path / 'art')!r}, startup_timeout=120)\n"
+        f"    await TrainableModel(name='m', base_model={str(tiny_model_path)!r}).register(backend)\n"
+        "    print(backend._process.pid, flush=True)\n"
+        "    time.sleep(600)\n"
+        "asyncio.run(main())\n"
+    )
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    child = int(parent.stdout.readline())
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if not _running(child):
+            return
+        time.sleep(0.2)
+    os.kill(child, signal.SIGKILL)
+    raise AssertionError("the server outlived its parent by 30 s")
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie waiting for a reaper (the orphan's new parent may never reap it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

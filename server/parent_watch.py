@@ -1,0 +1,31 @@
+"""Stop a server whose parent died, so a LocalBackend never leaves an orphan holding the model in memory."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def exit_with_parent(pid: int, *, interval_s: float = 1.0) -> threading.Thread:
+    """Send ourselves SIGTERM (uvicorn's graceful shutdown) once `pid` is gone or we were re-parented."""
+
+    def watch() -> None:
+        while _alive(pid) and os.getppid() == pid:
+            time.sleep(interval_s)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    thread = threading.Thread(target=watch, name="art-parent-watch", daemon=True)
+    thread.start()
+    return thread
