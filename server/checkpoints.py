@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from art_agents.atomic import write_text_atomic
+from art_agents.server.processes import is_alive
 from art_agents.wire import CheckpointInfo
 
 TRAINER_STATE = "trainer_state.json"
@@ -140,18 +141,8 @@ def _remove_stale_temps(root: Path) -> None:
     """Drop temp folders left by processes that died mid-save (a kill -9 during a checkpoint)."""
     for path in root.glob(".tmp-*"):
         pid = path.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not is_alive(int(pid)):
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _fsync_tree(folder: Path) -> None:

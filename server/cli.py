@@ -57,7 +57,7 @@ def serve(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if exit_with_parent is not None:
-        from art_agents.server.parent_watch import exit_with_parent as watch_parent
+        from art_agents.server.processes import exit_with_parent as watch_parent
 
         watch_parent(exit_with_parent)
     uvicorn.run(create_app(art_path, api_key=api_key), host=host, port=port, log_level=log_level)

@@ -1,4 +1,4 @@
-"""Stop a server whose parent died, so a LocalBackend never leaves an orphan holding the model in memory."""
+"""Process liveness: stale checkpoint temp folders, and a server whose parent died (no orphan keeps the model)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import time
 
 
-def _alive(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -22,7 +22,7 @@ def exit_with_parent(pid: int, *, interval_s: float = 1.0) -> threading.Thread:
     """Send ourselves SIGTERM (uvicorn's graceful shutdown) once `pid` is gone or we were re-parented."""
 
     def watch() -> None:
-        while _alive(pid) and os.getppid() == pid:
+        while is_alive(pid) and os.getppid() == pid:
             time.sleep(interval_s)
         os.kill(os.getpid(), signal.SIGTERM)
 
