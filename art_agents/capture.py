@@ -94,11 +94,11 @@ def rollout(target: Any = None, /, **metadata: Any) -> Any:
     what was recorded.
     """
     if callable(target) and not isinstance(target, Trajectory):
-        return _decorate(target)
+        return decorate_rollout(target)
     return Rollout(target, **metadata)
 
 
-def _decorate(
+def decorate_rollout(
     func: Callable[P, Awaitable[Any]], scope: Callable[[], Any] = Rollout
 ) -> Callable[P, Awaitable[Trajectory]]:
     """`scope` opens a fresh capture scope per call (integrations add their own capture to it)."""

@@ -46,7 +46,7 @@ class Model(Schema):
 
         from art_agents.transport import CaptureAsyncTransport, CaptureTransport
 
-        base_url, api_key = self._endpoint()
+        base_url, api_key = self.endpoint()
         if sync:
             return openai.OpenAI(
                 base_url=base_url, api_key=api_key, http_client=httpx.Client(transport=CaptureTransport()), **kwargs
@@ -62,14 +62,15 @@ class Model(Schema):
 
     def litellm_completion_params(self) -> dict[str, Any]:
         """Keyword arguments for `litellm.acompletion` that reach this model."""
-        base_url, api_key = self._endpoint()
+        base_url, api_key = self.endpoint()
         return {"model": f"openai/{self.served_name}", "api_base": base_url, "api_key": api_key}
 
     @property
     def served_name(self) -> str:
         return self.inference_model_name or self.name
 
-    def _endpoint(self) -> tuple[str, str]:
+    def endpoint(self) -> tuple[str, str]:
+        """(base URL, API key) of the model's OpenAI-compatible server, for clients built elsewhere."""
         if self.inference_base_url is None:
             raise ArtError(
                 f"model {self.name!r} has no inference_base_url; set it, or register a TrainableModel with a backend first"

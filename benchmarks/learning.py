@@ -238,7 +238,10 @@ async def answer(client: AsyncOpenAI, model: TrainableModel, item: Item, samplin
     async with rollout(kind=item.kind, question=item.question) as trajectory:
         response = await client.chat.completions.create(
             model=model.name,
-            messages=[{"role": "system", "content": sampling.system_prompt}, {"role": "user", "content": item.question}],
+            messages=[
+                {"role": "system", "content": sampling.system_prompt},
+                {"role": "user", "content": item.question},
+            ],
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
             seed=seed,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 import httpx
 
-from art_agents.capture import ROLLOUT_HEADER, Rollout, _decorate, current_trajectory
+from art_agents.capture import ROLLOUT_HEADER, Rollout, current_trajectory, decorate_rollout
 from art_agents.errors import RolloutFailed
 from art_agents.integrations import call_check
 from art_agents.integrations.call_check import MissingCallsWarning
@@ -70,7 +70,7 @@ def chat_model(model: Model, **kwargs: Any) -> ChatOpenAI:
     """
     from langchain_openai import ChatOpenAI
 
-    base_url, api_key = model._endpoint()
+    base_url, api_key = model.endpoint()
     defaults: dict[str, Any] = {"model": model.served_name, "base_url": base_url, "api_key": api_key, **http_clients()}
     return ChatOpenAI(**{**defaults, **kwargs})
 
@@ -138,7 +138,7 @@ class GraphRollout:
 
     def __call__(self, func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Trajectory]]:
         """`@graph_rollout(model=model)`: a fresh scope (and trajectory) per call."""
-        return _decorate(
+        return decorate_rollout(
             func, lambda: GraphRollout(model=self.model, check_calls=self.check_calls, **self.trajectory.metadata)
         )
 
@@ -168,7 +168,7 @@ def graph_rollout(target: Any = None, /, **kwargs: Any) -> Any:
     block. Passing `model` lets the missing-call check ask that model's server.
     """
     if callable(target) and not isinstance(target, Trajectory):
-        return _decorate(target, GraphRollout)
+        return decorate_rollout(target, GraphRollout)
     return GraphRollout(target, **kwargs)
 
 
