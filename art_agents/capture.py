@@ -35,10 +35,6 @@ def current_trajectory() -> Trajectory | None:
     return _current.get()
 
 
-def current_span() -> str | None:
-    return _span.get()
-
-
 @contextlib.contextmanager
 def span(name: str) -> Iterator[None]:
     """Label model calls made inside (a graph node, a tool) so turns say where they came from."""

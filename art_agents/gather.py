@@ -53,7 +53,7 @@ async def gather_trajectory_groups(
     replacement, or None to drop the group. Groups keep their input order. `pbar_desc=None` hides
     the progress bar.
     """
-    groups = [g if isinstance(g, TrajectoryGroup) else await g for g in groups]
+    groups = list(await asyncio.gather(*(_as_group(g) for g in groups)))
     total = sum(len(g.trajectories) + g.pending for g in groups)
     budget = _exception_budget(max_exceptions, total)
     progress = _Progress(total, pbar_desc)
@@ -71,11 +71,21 @@ async def gather_trajectory_groups(
             )
         return await after_each(group) if after_each is not None else group
 
+    tasks = [asyncio.ensure_future(finish(g)) for g in groups]
     try:
-        finished = await asyncio.gather(*(finish(g) for g in groups))
+        finished = await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:  # over budget (or cancelled): stop the other rollouts instead of orphaning them
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
     finally:
         progress.close()
     return [g for g in finished if g is not None]
+
+
+async def _as_group(group: TrajectoryGroup | Awaitable[TrajectoryGroup]) -> TrajectoryGroup:
+    return group if isinstance(group, TrajectoryGroup) else await group
 
 
 async def gather_trajectories(

@@ -76,6 +76,11 @@ async def train_loop(
         )
         rollout_s = time.perf_counter() - began
         groups = [g for g in groups if g.trajectories]
+        if not groups:  # every group dropped (after_each) or failed within the budget: draw again
+            idle += 1
+            if idle >= MAX_IDLE_DRAWS:
+                raise ArtError(f"{idle} draws in a row left no group to train on; check the rollouts and after_each")
+            continue
         rewards = [r for g in groups for r in g.rewards()]
         result = await model.train(groups, train_config)
         records.append(

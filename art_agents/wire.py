@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import Field
 
@@ -62,8 +62,3 @@ class TrainEvent(Schema):
     metrics: dict[str, float] = Field(default_factory=dict)
     result: TrainResult | None = None
     error: str | None = None
-
-
-class ErrorBody(Schema):
-    detail: str
-    extra: dict[str, Any] = Field(default_factory=dict)

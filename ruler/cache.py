@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -77,4 +78,7 @@ class JudgeCache:
             cost_usd=cost_usd,
             created_at=time.time(),
         )
-        write_text_atomic(self._path(key), entry.model_dump_json())
+        try:
+            write_text_atomic(self._path(key), entry.model_dump_json())
+        except OSError as exc:  # a read-only or full cache must not cost an answer already paid for
+            warnings.warn(f"RULER cache at {self.root} is not writable ({exc}); answer not cached", stacklevel=2)

@@ -63,24 +63,23 @@ class _BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await _too_large(self.limit)(scope, receive, send)
             return
+        # Without a declared length the body is read here, up to the limit, then handed on.
+        messages: list[Message] = []
         seen = 0
-
-        async def limited() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
+            messages.append(message)
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise _BodyTooLarge
-            return message
+                await _too_large(self.limit)(scope, receive, send)
+                return
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                break
 
-        try:
-            await self.app(scope, limited, send)
-        except _BodyTooLarge:
-            await _too_large(self.limit)(scope, receive, send)
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
 
-
-class _BodyTooLarge(Exception):
-    pass
+        await self.app(scope, replay, send)
 
 
 def _too_large(limit: int) -> JSONResponse:

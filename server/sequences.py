@@ -153,8 +153,14 @@ def _retokenize(trajectory: Trajectory, turn: Turn, tokenizer: Any) -> _TurnToke
 
     history = trajectory.histories()[turn.history]
     messages = [m.wire() for m in history.messages]
-    prompt = render_prompt_ids(tokenizer, messages[: turn.index], history.tools)
-    full = render_ids(tokenizer, messages[: turn.index + 1], history.tools, add_generation_prompt=False)
+    try:
+        prompt = render_prompt_ids(tokenizer, messages[: turn.index], history.tools)
+        full = render_ids(tokenizer, messages[: turn.index + 1], history.tools, add_generation_prompt=False)
+    except Exception as exc:  # the template's own checks (Jinja raise_exception) reject these messages
+        raise TrainingInputError(
+            f"trajectory {trajectory.id}: the chat template cannot render turn at history {turn.history} message "
+            f"{turn.index} ({type(exc).__name__}: {exc}); fix the messages or record the turn with its completion id"
+        ) from exc
     shared = _common_prefix(prompt, full)
     completion = full[shared:]
     end = tokenizer.eos_token_id

@@ -77,3 +77,20 @@ async def test_gather_trajectories_keeps_order_and_failures_in_place() -> None:
 def test_bad_max_exceptions_is_refused() -> None:
     with pytest.raises(ValueError, match="max_exceptions"):
         asyncio.run(gather_trajectory_groups([], max_exceptions=-1, pbar_desc=None))
+
+
+async def test_going_over_the_budget_cancels_the_other_rollouts() -> None:
+    cancelled = asyncio.Event()
+
+    async def waits_forever() -> Trajectory:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        raise AssertionError("unreachable")
+
+    stuck = TrajectoryGroup([waits_forever()])
+    with pytest.raises(TooManyExceptions):
+        await gather_trajectory_groups([groups(1)[0], stuck], pbar_desc=None)
+    assert cancelled.is_set()

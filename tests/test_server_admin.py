@@ -124,6 +124,11 @@ def test_bad_training_input_is_refused(small_server: str) -> None:
     assert_refused(train(small_server, "m", [group], loss="nonsense"), 422, "loss")
     huge = {"trajectories": [trajectory(None, 0.0, "x" * 300_000)]}
     assert_refused(train(small_server, "m", [huge]), 413, "bytes")
+    chunked = iter([json.dumps({"groups": [huge]}).encode()])  # no content-length: counted while read
+    response = httpx.post(
+        f"{small_server}/v1/art/models/m/train", content=chunked, headers={"content-type": "application/json"}
+    )
+    assert_refused(response, 413, "bytes")
     assert_refused(httpx.post(f"{small_server}/v1/chat/completions", content=b"{not json"), 422, "invalid request")
     assert httpx.get(f"{small_server}/v1/art/models/m/step").json() == {"step": 0}
 
