@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from art_agents.errors import ArtError, ServerError
 from art_agents.train_config import TrainConfig
-from art_agents.trajectory import TrajectoryGroup
+from art_agents.trajectory import TrajectoryGroup, validate_groups
 from art_agents.wire import (
     API_PREFIX,
     CheckpointInfo,
@@ -123,11 +123,7 @@ class RemoteBackend:
         """One GRPO step on the groups; returns when the new checkpoint is being served."""
         from tqdm.auto import tqdm
 
-        for index, group in enumerate(groups):
-            try:
-                group.validate_for_training()
-            except ValueError as exc:
-                raise ValueError(f"groups[{index}]: {exc}") from exc
+        validate_groups(groups)
         result: TrainResult | None = None
         with tqdm(desc=f"train {model.name}", unit="seq", disable=not progress, leave=False) as bar:
             async for event in self.train_events(model, groups, config or TrainConfig()):

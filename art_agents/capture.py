@@ -120,6 +120,11 @@ def policy_step_of(model_name: str | None) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def without_step(model_name: str) -> str:
+    """`name@12` -> `name`: the registered name a client may send back with its step attached."""
+    return _STEP_SUFFIX.sub("", model_name)
+
+
 def record_completion(
     request_messages: list[Any],
     response_message: Any,

@@ -197,3 +197,12 @@ async def _as_trajectory(item: Awaitable[Trajectory]) -> Trajectory:
     if not isinstance(result, Trajectory):
         raise TypeError(f"a rollout returned {type(result).__name__}, expected a Trajectory")
     return result
+
+
+def validate_groups(groups: list[TrajectoryGroup]) -> None:
+    """Check every group before training, naming the first bad one (`groups[i]: ...`)."""
+    for index, group in enumerate(groups):
+        try:
+            group.validate_for_training()
+        except ValueError as exc:
+            raise ValueError(f"groups[{index}]: {exc}") from exc

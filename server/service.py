@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
+from art_agents.capture import without_step
 from art_agents.server import checkpoints
 from art_agents.server.completions import StreamItem, complete, plan_chat, stream_completion
 from art_agents.server.errors import ServiceError
@@ -23,7 +23,6 @@ from art_agents.wire import CheckpointInfo, ModelInfo, RegisterRequest, TrainEve
 
 log = logging.getLogger("art_agents.server")
 
-_STEP_SUFFIX = re.compile(r"@\d+$")
 T = TypeVar("T")
 
 
@@ -79,7 +78,7 @@ class ArtService:
 
     def resolve(self, model_field: str) -> ServedModel:
         """A chat request's `model`: `name` or `name@step` (the latest step is always served)."""
-        return self.get(_STEP_SUFFIX.sub("", model_field))
+        return self.get(without_step(model_field))
 
     async def close(self) -> None:
         for served in self.models.values():

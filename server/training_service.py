@@ -22,6 +22,7 @@ from art_agents.server import checkpoints
 from art_agents.server.errors import ServiceError
 from art_agents.server.memory import trim_heap
 from art_agents.server.served_model import ServedModel
+from art_agents.trajectory import validate_groups
 from art_agents.wire import TrainEvent, TrainRequest, TrainResult
 
 log = logging.getLogger("art_agents.server")
@@ -37,11 +38,10 @@ def check_train_request(request: TrainRequest) -> None:
     """Refuse empty or malformed groups up front, as a 400 naming the group."""
     if not request.groups:
         raise ServiceError(400, "groups is empty; pass at least one trajectory group to train on")
-    for index, group in enumerate(request.groups):
-        try:
-            group.validate_for_training()
-        except ValueError as exc:
-            raise ServiceError(400, f"groups[{index}]: {exc}") from exc
+    try:
+        validate_groups(request.groups)
+    except ValueError as exc:
+        raise ServiceError(400, str(exc)) from exc
 
 
 async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn) -> AsyncIterator[TrainEvent]:
