@@ -1,14 +1,14 @@
 """art-agents: train LLM agents with reinforcement learning on their own experience."""
 
 from art_agents.backend import Backend, LocalBackend, RemoteBackend
-from art_agents.capture import current_trajectory, record_completion, rollout, span
+from art_agents.capture import current_trajectory, record_completion, record_tool_call, rollout, span
 from art_agents.errors import ArtError, RolloutFailed, ServerError, TooManyExceptions
 from art_agents.gather import gather_trajectories, gather_trajectory_groups
 from art_agents.jsonl import read_groups, write_groups
 from art_agents.messages import ChatMessage
 from art_agents.model import Model, TrainableModel
 from art_agents.train_config import ModelConfig, TrainConfig
-from art_agents.trajectory import History, RolloutException, Trajectory, TrajectoryGroup, Turn
+from art_agents.trajectory import History, RolloutException, ToolCallRecord, Trajectory, TrajectoryGroup, Turn
 from art_agents.wire import TrainResult
 
 __version__ = "0.1.0"
@@ -25,6 +25,7 @@ __all__ = [
     "RolloutException",
     "RolloutFailed",
     "ServerError",
+    "ToolCallRecord",
     "TooManyExceptions",
     "TrainConfig",
     "TrainResult",
@@ -38,6 +39,7 @@ __all__ = [
     "gather_trajectory_groups",
     "read_groups",
     "record_completion",
+    "record_tool_call",
     "rollout",
     "span",
     "write_groups",

@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, overload
 
 from art_agents.errors import RolloutFailed
 from art_agents.messages import ChatMessage, as_messages
-from art_agents.trajectory import History, Trajectory, Turn
+from art_agents.trajectory import History, ToolCallRecord, Trajectory, Turn
 
 _current: ContextVar[Trajectory | None] = ContextVar("art_agents_trajectory", default=None)
 _span: ContextVar[str | None] = ContextVar("art_agents_span", default=None)
@@ -173,6 +173,36 @@ def record_completion(
     )
     trajectory.turns.append(turn)
     return turn
+
+
+def record_tool_call(
+    name: str,
+    arguments: dict[str, Any] | str,
+    *,
+    result: str | None = None,
+    error: str | None = None,
+    duration_s: float = 0.0,
+    tool_call_id: str | None = None,
+    span: str | None = None,
+    trajectory: Trajectory | None = None,
+) -> ToolCallRecord | None:
+    """Record one executed tool call in the current trajectory; a no-op outside a rollout."""
+    trajectory = trajectory if trajectory is not None else _current.get()
+    if trajectory is None:
+        return None
+    record = ToolCallRecord(
+        name=name,
+        arguments=arguments,
+        result=result,
+        error=error,
+        duration_s=duration_s,
+        tool_call_id=tool_call_id,
+        span=span if span is not None else _span.get(),
+        after_turn=len(trajectory.turns),
+        started_at=time.time() - duration_s,
+    )
+    trajectory.tool_calls.append(record)
+    return record
 
 
 def record_tool_result(

@@ -33,6 +33,24 @@ class Turn(Schema):
     usage: dict[str, Any] | None = None
 
 
+class ToolCallRecord(Schema):
+    """One tool executed inside a rollout (an MCP call, say), kept beside the model turns.
+
+    Model turns say what the model asked for; this says what actually ran, how long it took and
+    whether it failed, which the messages alone cannot show (a timeout, a dead server).
+    """
+
+    name: str = Field(description="The tool's own name (an MCP tool name, not the OpenAI-safe alias).")
+    arguments: dict[str, Any] | str = Field(default_factory=dict, description="As sent; a string if not JSON.")
+    result: str | None = Field(None, description="The result text given back to the model.")
+    error: str | None = Field(None, description="Why the call failed (timeout, tool error, dead server); None if it ran.")
+    duration_s: float = 0.0
+    tool_call_id: str | None = Field(None, description="The model's tool call this answers, when there was one.")
+    span: str | None = Field(None, description="Where the call came from, e.g. `mcp:<server>/<tool>`.")
+    after_turn: int = Field(0, description="Model turns recorded before this call: orders calls among the turns.")
+    started_at: float = Field(default_factory=time.time)
+
+
 class History(Schema):
     """A separate conversation inside one rollout (another agent, another system prompt)."""
 
@@ -54,6 +72,7 @@ class Trajectory(History):
     id: str = Field(default_factory=lambda: uuid.uuid4().hex)
     additional_histories: list[History] = Field(default_factory=list)
     turns: list[Turn] = Field(default_factory=list)
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list, description="Tools executed, in call order.")
     reward: float = 0.0
     metrics: dict[str, float | int | bool] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -97,6 +116,12 @@ class Trajectory(History):
 
     def histories(self) -> list[History]:
         return [History(messages=self.messages, tools=self.tools), *self.additional_histories]
+
+    def timeline(self) -> list[Turn | ToolCallRecord]:
+        """Model turns and tool calls in the order they happened."""
+        events: list[tuple[int, int, Turn | ToolCallRecord]] = [(i + 1, 0, t) for i, t in enumerate(self.turns)]
+        events += [(c.after_turn, 1, c) for c in self.tool_calls]
+        return [event for _, _, event in sorted(events, key=lambda e: (e[0], e[1]))]
 
     def log(self, message: str) -> None:
         self.logs.append(message)

@@ -1,0 +1,167 @@
+"""One LiteLLM conversation that asks again until the answer validates, with its cost accounted.
+
+The RULER judge and the AutoRL/MCP•RL generators share it: a bad answer is shown back to the model
+with the problem named, a timeout or overloaded endpoint is asked again, at most `max_attempts`
+requests in all (LiteLLM's own retries are off, so the bound is real), and every request's tokens
+and price are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from art_agents.errors import ArtError
+
+T = TypeVar("T")
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+
+class LLMCall(BaseModel):
+    """Accounting for one request (or one cache hit, which costs nothing)."""
+
+    attempt: int
+    cached: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    cost_known: bool = True
+    latency_s: float = 0.0
+    problem: str | None = None
+
+
+class Answer(BaseModel, Generic[T]):
+    """A validated answer, the raw text it came from, and every request it took."""
+
+    value: T
+    content: str
+    calls: list[LLMCall]
+
+
+class InvalidAnswer(ValueError):
+    """An answer that cannot be used; the message is shown back to the model as is."""
+
+
+class CannotCall(ArtError):
+    """The model cannot be called at all (unknown provider, bad key, rejected request)."""
+
+
+class NoValidAnswer(ArtError):
+    """Every attempt failed; `calls` says what each one got."""
+
+    def __init__(self, model: str, calls: list[LLMCall]) -> None:
+        history = "\n".join(f"  attempt {c.attempt}: {c.problem}" for c in calls)
+        super().__init__(f"{model!r} gave no usable answer in {len(calls)} attempts:\n{history}")
+        self.calls = calls
+
+
+def load_json(text: str) -> Any:
+    """JSON from a model's answer, tolerating code fences and chatter around one object."""
+    candidates = [text.strip()]
+    candidates += [m.strip() for m in _FENCE.findall(text)]
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        candidates.append(text[start : end + 1])
+    error: json.JSONDecodeError | None = None
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except json.JSONDecodeError as exc:
+            error = error or exc
+    excerpt = text.strip()[:200] or "(empty)"
+    raise InvalidAnswer(f"the answer is not valid JSON ({error}); it began: {excerpt!r}")
+
+
+def retryable_errors() -> tuple[type[BaseException], ...]:
+    import litellm
+
+    return (
+        litellm.Timeout,
+        litellm.APIConnectionError,
+        litellm.RateLimitError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.BadGatewayError,
+        TimeoutError,
+    )
+
+
+def _cost(response: Any) -> float | None:
+    """LiteLLM's price of a response, or None for models missing from its price map (local models)."""
+    hidden = getattr(response, "_hidden_params", None) or {}
+    if "response_cost" in hidden:  # computed by LiteLLM during the call; None when it has no price
+        cost = hidden["response_cost"]
+        return None if cost is None else float(cost)
+    import litellm
+
+    try:
+        return float(litellm.completion_cost(completion_response=response))
+    except Exception:  # LiteLLM raises for unpriced models; the cost is then unknown, not an error
+        return None
+
+
+def accounting(response: Any, attempt: int, latency_s: float) -> LLMCall:
+    usage = getattr(response, "usage", None)
+    cost = _cost(response)
+    return LLMCall(
+        attempt=attempt,
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        cost_usd=cost or 0.0,
+        cost_known=cost is not None,
+        latency_s=latency_s,
+    )
+
+
+async def ask_until_valid(
+    model: str,
+    messages: list[dict[str, str]],
+    parse: Callable[[str | None], T],
+    reask: Callable[[str], str],
+    *,
+    max_attempts: int = 3,
+    response_format: dict[str, Any] | None = None,
+    litellm_params: dict[str, Any] | None = None,
+) -> Answer[T]:
+    """Call `model` until `parse` accepts its answer (raising InvalidAnswer otherwise).
+
+    `reask(problem)` is the user message that follows a rejected answer. Raises CannotCall for an
+    error that asking again cannot fix, NoValidAnswer when every attempt failed.
+    """
+    if max_attempts < 1:
+        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    import litellm
+
+    params: dict[str, Any] = {"num_retries": 0, "max_retries": 0, **(litellm_params or {})}
+    if response_format is not None:
+        params["response_format"] = response_format
+    retryable = retryable_errors()
+    conversation = list(messages)
+    calls: list[LLMCall] = []
+    for attempt in range(1, max_attempts + 1):
+        started = time.perf_counter()
+        try:
+            response = await litellm.acompletion(model=model, messages=conversation, **params)
+        except retryable as exc:
+            calls.append(
+                LLMCall(attempt=attempt, latency_s=time.perf_counter() - started, problem=f"{type(exc).__name__}: {exc}")
+            )
+            continue
+        except Exception as exc:
+            raise CannotCall(f"{model!r} cannot be called: {type(exc).__name__}: {exc}") from exc
+        call = accounting(response, attempt, time.perf_counter() - started)
+        calls.append(call)
+        content = response.choices[0].message.content
+        try:
+            value = parse(content)
+        except InvalidAnswer as exc:
+            call.problem = str(exc)
+            conversation += [{"role": "assistant", "content": content or ""}, {"role": "user", "content": reask(str(exc))}]
+            continue
+        return Answer[T](value=value, content=content or "", calls=calls)
+    raise NoValidAnswer(model, calls)
