@@ -135,20 +135,21 @@ class TrainJob(Schema):
         return job.model_copy(update={"scenarios": folder / job.scenarios, "art_path": folder / job.art_path})
 
 
-def load_rollout(path: str) -> RolloutFn:
+def load_function(path: str, kind: str = "rollout") -> Callable[..., Any]:
+    """`package.module:function` -> the function; errors name `kind` (rollout, reward) and the fix."""
     module_name, _, attribute = path.partition(":")
     if not attribute:
-        raise ValueError(f"rollout {path!r} must look like 'package.module:function'")
+        raise ValueError(f"{kind} {path!r} must look like 'package.module:function'")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         raise ValueError(
-            f"rollout {path!r}: cannot import {module_name!r} ({exc}); put the module beside the job file "
+            f"{kind} {path!r}: cannot import {module_name!r} ({exc}); put the module beside the job file "
             "or in the current folder, or install it"
         ) from exc
     function = getattr(module, attribute, None)
     if not callable(function):
-        raise ValueError(f"{path!r}: {module_name} has no function {attribute!r}")
+        raise ValueError(f"{kind} {path!r}: {module_name} has no function {attribute!r}")
     return function  # type: ignore[no-any-return]
 
 
@@ -167,7 +168,7 @@ async def run_job(job: TrainJob) -> list[StepRecord]:
 
     if job.backend == "remote" and not job.base_url:
         raise ValueError("backend = 'remote' needs base_url")
-    rollout, scenarios = load_rollout(job.rollout), load_scenarios(job.scenarios)  # fail before starting a server
+    rollout, scenarios = load_function(job.rollout), load_scenarios(job.scenarios)  # fail before starting a server
     backend = RemoteBackend(job.base_url or "", job.api_key) if job.backend == "remote" else LocalBackend(job.art_path)
     model = TrainableModel(name=job.name, project=job.project, base_model=job.base_model, config=job.model)
     try:

@@ -43,7 +43,9 @@ class ToolCallRecord(Schema):
     name: str = Field(description="The tool's own name (an MCP tool name, not the OpenAI-safe alias).")
     arguments: dict[str, Any] | str = Field(default_factory=dict, description="As sent; a string if not JSON.")
     result: str | None = Field(None, description="The result text given back to the model.")
-    error: str | None = Field(None, description="Why the call failed (timeout, tool error, dead server); None if it ran.")
+    error: str | None = Field(
+        None, description="Why the call failed (timeout, tool error, dead server); None if it ran."
+    )
     duration_s: float = 0.0
     tool_call_id: str | None = Field(None, description="The model's tool call this answers, when there was one.")
     span: str | None = Field(None, description="Where the call came from, e.g. `mcp:<server>/<tool>`.")

@@ -149,7 +149,9 @@ async def ask_until_valid(
             response = await litellm.acompletion(model=model, messages=conversation, **params)
         except retryable as exc:
             calls.append(
-                LLMCall(attempt=attempt, latency_s=time.perf_counter() - started, problem=f"{type(exc).__name__}: {exc}")
+                LLMCall(
+                    attempt=attempt, latency_s=time.perf_counter() - started, problem=f"{type(exc).__name__}: {exc}"
+                )
             )
             continue
         except Exception as exc:
@@ -161,7 +163,10 @@ async def ask_until_valid(
             value = parse(content)
         except InvalidAnswer as exc:
             call.problem = str(exc)
-            conversation += [{"role": "assistant", "content": content or ""}, {"role": "user", "content": reask(str(exc))}]
+            conversation += [
+                {"role": "assistant", "content": content or ""},
+                {"role": "user", "content": reask(str(exc))},
+            ]
             continue
         return Answer[T](value=value, content=content or "", calls=calls)
     raise NoValidAnswer(model, calls)

@@ -1,0 +1,182 @@
+"""Structured generation through LiteLLM: exactly N valid, distinct items, or a clear error.
+
+AutoRL (inputs from a description) and MCP•RL (tasks from a server's tools) both ask a generator
+model for a list of typed items. Generators miscount, wrap JSON in prose, break the schema and
+repeat themselves; each answer is validated with pydantic, a bad one is shown back with the problem
+named (bounded attempts), near-duplicates are dropped, and the shortfall is asked for again in a
+new round that lists what already exists, until the count is exact.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from difflib import SequenceMatcher
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from art_agents.errors import ArtError
+from art_agents.ruler.llm import (
+    CannotCall,
+    InvalidAnswer,
+    LLMCall,
+    NoValidAnswer,
+    ask_until_valid,
+    load_json,
+)
+
+Item = TypeVar("Item", bound=BaseModel)
+_WORDS = re.compile(r"[a-z0-9]+")
+DEFAULT_SIMILARITY = 0.9
+
+
+class GenerationError(ArtError):
+    """The generator could not produce the requested items; the message names why and the fix."""
+
+
+class Generated(BaseModel, Generic[Item]):
+    items: list[Item]
+    calls: list[LLMCall] = Field(default_factory=list)
+    duplicates_dropped: int = 0
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(c.cost_usd for c in self.calls)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(c.prompt_tokens for c in self.calls)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.completion_tokens for c in self.calls)
+
+
+def normalized(text: str) -> str:
+    return " ".join(_WORDS.findall(text.lower()))
+
+
+def near_duplicate(a: str, b: str, threshold: float = DEFAULT_SIMILARITY) -> bool:
+    """Same words in nearly the same order (case, punctuation and spacing ignored)."""
+    left, right = normalized(a), normalized(b)
+    if left == right:
+        return True
+    return SequenceMatcher(None, left, right, autojunk=False).ratio() >= threshold
+
+
+def response_format(item_type: type[BaseModel], field: str) -> dict[str, Any]:
+    """The JSON schema the generator is asked to follow: `{field: [item, ...]}`."""
+    return {
+        "type": "json_schema",
+        "json_schema": {
+            "name": f"{field}_list",
+            "schema": {
+                "type": "object",
+                "properties": {field: {"type": "array", "items": item_type.model_json_schema()}},
+                "required": [field],
+            },
+        },
+    }
+
+
+def parse_items(text: str | None, item_type: type[Item], field: str, count: int) -> list[Item]:
+    """At least `count` valid items under `field` (the first `count` are kept), or InvalidAnswer."""
+    if not text or not text.strip():
+        raise InvalidAnswer("the answer was empty")
+    data = load_json(text)
+    entries = data.get(field) if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise InvalidAnswer(f'the answer must be a JSON object {{"{field}": [...]}} holding a list')
+    items: list[Item] = []
+    problems: list[str] = []
+    for position, entry in enumerate(entries[:count]):
+        try:
+            items.append(item_type.model_validate(entry))
+        except ValidationError as exc:
+            details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'item'}: {e['msg']}" for e in exc.errors())
+            problems.append(f"{field}[{position}] is invalid ({details})")
+    if problems:
+        raise InvalidAnswer("; ".join(problems))
+    if len(items) < count:
+        raise InvalidAnswer(f"the answer holds {len(items)} items under {field!r}, but exactly {count} were asked for")
+    return items
+
+
+async def generate_items(
+    generator_model: str,
+    messages: list[dict[str, str]],
+    item_type: type[Item],
+    count: int,
+    *,
+    field: str = "items",
+    text_of: Callable[[Item], str] = str,
+    existing: Sequence[str] = (),
+    similarity: float = DEFAULT_SIMILARITY,
+    max_attempts: int = 3,
+    max_rounds: int = 4,
+    litellm_params: dict[str, Any] | None = None,
+) -> Generated[Item]:
+    """Exactly `count` items that validate as `item_type` and are not near-duplicates.
+
+    `messages` describe what to write; this adds how many and, in later rounds, what exists.
+    `text_of(item)` is the text compared for near-duplicates (also against `existing`). Each
+    round is one conversation of at most `max_attempts` requests.
+    """
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    kept: list[Item] = []
+    seen = list(existing)
+    calls: list[LLMCall] = []
+    dropped = 0
+    for _ in range(max_rounds):
+        needed = count - len(kept)
+        request = [*messages, {"role": "user", "content": _ask(needed, field, seen)}]
+        try:
+            answer = await ask_until_valid(
+                generator_model,
+                request,
+                lambda text, n=needed: parse_items(text, item_type, field, n),
+                lambda problem, n=needed: _reask(problem, n, field),
+                max_attempts=max_attempts,
+                response_format=response_format(item_type, field),
+                litellm_params=litellm_params,
+            )
+        except CannotCall as exc:
+            raise GenerationError(
+                f"generator {exc}. Check --generator-model (any LiteLLM model string, e.g. 'openai/gpt-4.1-mini'), "
+                "its api_base and api_key"
+            ) from exc
+        except NoValidAnswer as exc:
+            raise GenerationError(
+                f"generator {exc}\nUse a stronger generator model or raise max_attempts; nothing was saved"
+            ) from exc
+        calls += answer.calls
+        for item in answer.value:
+            text = text_of(item)
+            if any(near_duplicate(text, other, similarity) for other in seen):
+                dropped += 1
+                continue
+            kept.append(item)
+            seen.append(text)
+        if len(kept) == count:
+            return Generated[Item](items=kept, calls=calls, duplicates_dropped=dropped)
+    raise GenerationError(
+        f"generator {generator_model!r} gave only {len(kept)} distinct items of {count} in {max_rounds} rounds "
+        f"({dropped} near-duplicates dropped); ask for fewer, or describe more varied cases"
+    )
+
+
+def _ask(count: int, field: str, seen: Sequence[str]) -> str:
+    text = f'Answer with JSON only: an object {{"{field}": [...]}} holding exactly {count} items.'
+    if seen:
+        listed = "\n".join(f"- {s[:200]}" for s in seen[-50:])
+        text += f" These already exist; write different ones, not rephrasings of them:\n{listed}"
+    return text
+
+
+def _reask(problem: str, count: int, field: str) -> str:
+    return (
+        f'Your answer could not be used: {problem}. Answer again with JSON only: {{"{field}": [...]}} holding '
+        f"exactly {count} items that follow the schema."
+    )

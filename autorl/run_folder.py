@@ -1,0 +1,87 @@
+"""The run folder of an AutoRL or MCP•RL run: what defines the run, its data, evaluations, summary.
+
+Everything a rerun needs lives here, so rerunning the same command continues instead of starting
+over: `task.json` (what the run is about; a rerun for something else is refused), the generated
+data (`scenarios.jsonl`), one JSON file per evaluation (`eval/step_NNNN.json`), and the server's
+own art path (`art/`: checkpoints, history, token store), from which the step is resumed.
+Every file is written atomically, so an interrupted run leaves the folder consistent.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from art_agents.atomic import write_text_atomic
+from art_agents.errors import ArtError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RunFolderMismatch(ArtError):
+    """The folder holds a run of something else; reusing it would mix two runs."""
+
+
+class RunFolder:
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    @property
+    def art_path(self) -> Path:
+        return self.path / "art"
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def claim(self, task: dict[str, Any], *, fresh: bool = False) -> bool:
+        """Make the folder this task's; True when it already was (a resume).
+
+        `fresh=True` deletes a previous run first. A folder made for another task is refused.
+        """
+        task_file = self.file("task.json")
+        if fresh and self.path.exists():
+            shutil.rmtree(self.path)
+        if task_file.is_file():
+            previous = json.loads(task_file.read_text(encoding="utf-8"))
+            differing = sorted(k for k in set(previous) | set(task) if previous.get(k) != task.get(k))
+            if differing:
+                raise RunFolderMismatch(
+                    f"{self.path} holds a run of a different task (differs in: {', '.join(differing)}); "
+                    "use another --out folder, or --fresh to delete that run and start over"
+                )
+            return True
+        if self.path.exists() and any(self.path.iterdir()):
+            raise RunFolderMismatch(
+                f"{self.path} is not empty and holds no task.json, so it is not a run folder; use another --out"
+            )
+        write_text_atomic(task_file, json.dumps(task, indent=2, sort_keys=True) + "\n")
+        return False
+
+    def read_jsonl(self, name: str, model: type[M]) -> list[M] | None:
+        path = self.file(name)
+        if not path.is_file():
+            return None
+        rows = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        try:
+            return [model.model_validate_json(line) for line in rows]
+        except ValueError as exc:
+            raise ArtError(f"{path} is damaged ({exc}); delete it to generate it again") from exc
+
+    def write_jsonl(self, name: str, rows: list[BaseModel]) -> Path:
+        return write_text_atomic(self.file(name), "".join(row.model_dump_json() + "\n" for row in rows))
+
+    def read_json(self, name: str, model: type[M]) -> M | None:
+        path = self.file(name)
+        if not path.is_file():
+            return None
+        try:
+            return model.model_validate_json(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ArtError(f"{path} is damaged ({exc}); delete it to compute it again") from exc
+
+    def write_json(self, name: str, row: BaseModel) -> Path:
+        return write_text_atomic(self.file(name), row.model_dump_json(indent=2) + "\n")

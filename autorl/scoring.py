@@ -1,0 +1,73 @@
+"""Rewards for AutoRL and MCP•RL groups: RULER with a rubric, or the user's own function.
+
+Both come out as a gather `after_each` hook, so training and evaluation score the same way. The
+judge's cost is added up as groups are scored, for the run's summary.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from art_agents.trajectory import Trajectory, TrajectoryGroup
+
+TOOL_USE_RUBRIC = """The agent was given a task and the tools of an MCP server.
+- A trajectory that reaches the correct final answer (and reports it with complete_task) scores far above one that does not.
+- Correct, well-formed tool calls that make progress beat invalid calls, calls to tools that do not exist, and guessing without the tools.
+- Among equally correct trajectories, fewer wasted steps and clearer answers score higher.
+- A trajectory that ran out of turns or gave no answer scores low."""
+
+RewardFn = Callable[[Any, Trajectory], float | Awaitable[float]]
+
+
+class GroupScorer:
+    """An `after_each` hook that scores each group; `cost_usd` totals what the judge charged."""
+
+    def __init__(
+        self,
+        scenarios: Mapping[str, Any],
+        *,
+        reward: RewardFn | None = None,
+        judge_model: str | None = None,
+        rubric: str = TOOL_USE_RUBRIC,
+        judge_params: dict[str, Any] | None = None,
+    ) -> None:
+        if reward is None and judge_model is None:
+            raise ValueError("give a judge model (RULER) or a reward function to score rollouts")
+        self.scenarios = scenarios
+        self.reward = reward
+        self.judge_model = judge_model
+        self.rubric = rubric
+        self.judge_params = judge_params or {}
+        self.cost_usd = 0.0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def scenario_of(self, trajectory: Trajectory) -> Any:
+        return self.scenarios[trajectory.metadata["scenario_id"]]
+
+    async def __call__(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
+        if not group.trajectories:
+            return group
+        if self.reward is not None:
+            for trajectory in group.trajectories:
+                value = self.reward(self.scenario_of(trajectory), trajectory)
+                trajectory.reward = float(await value if inspect.isawaitable(value) else value)
+            return group
+        return await self._judge(group)
+
+    async def _judge(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
+        from art_agents.ruler import ruler_score_group
+
+        rubric = self.rubric
+        reference = getattr(self.scenario_of(group.trajectories[0]), "reference_answer", None)
+        if reference:
+            rubric += f"\n- The reference answer for this task is: {reference}"
+        scored = await ruler_score_group(group, self.judge_model or "", rubric, **self.judge_params)
+        if scored is not None:
+            summary = scored.metadata.get("ruler", {})
+            self.cost_usd += float(summary.get("cost_usd", 0.0))
+            self.prompt_tokens += int(summary.get("prompt_tokens", 0))
+            self.completion_tokens += int(summary.get("completion_tokens", 0))
+        return scored

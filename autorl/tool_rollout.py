@@ -1,0 +1,139 @@
+"""A ready rollout for tool use: the model works on a task with an MCP server's tools.
+
+The model sees the server's tools plus `complete_task(answer)`, and runs for at most `max_turns`
+model calls; tool calls are executed on the MCP server (and recorded by the session), and the
+rollout ends when the model calls `complete_task`, answers without a tool call, or runs out of turns.
+The same code runs a `TrainableModel` and a prompted baseline `Model` (any OpenAI-compatible
+endpoint), so both are measured the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import Field
+
+from art_agents.capture import record_tool_result, rollout
+from art_agents.schema import Schema
+from art_agents.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from art_agents.autorl.scenarios import Scenario
+    from art_agents.integrations.mcp import MCPSession
+    from art_agents.model import Model
+
+COMPLETE_TASK = "complete_task"
+COMPLETE_TASK_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": COMPLETE_TASK,
+        "description": "Call this once the task is done, with the final answer for the user.",
+        "parameters": {
+            "type": "object",
+            "properties": {"answer": {"type": "string", "description": "The final answer."}},
+            "required": ["answer"],
+        },
+    },
+}
+DEFAULT_SYSTEM = (
+    "You are an assistant that solves the user's task with the tools of the '{server}' MCP server. Call tools "
+    "as needed, one step at a time, and use their results. When you are done, call complete_task with the "
+    "final answer."
+)
+TOOL_FORMAT = (
+    "\n\nYou can call these tools:\n{tools}\n\nTo call a tool, write exactly\n"
+    '<tool_call>{{"name": "TOOL_NAME", "arguments": {{...}}}}</tool_call>\nand wait for its result.'
+)
+
+
+class ToolRolloutConfig(Schema):
+    """How the tool-use rollout talks to the model."""
+
+    max_turns: int = Field(6, ge=1, description="Model calls per rollout before it counts as out of turns.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature of the rollouts.")
+    max_tokens: int = Field(256, ge=1, description="Completion budget of each model call.")
+    system_prompt: str | None = Field(
+        None, description="Replaces the default system prompt; `{server}` is the server's name."
+    )
+    tools_in_prompt: bool = Field(
+        False,
+        description=(
+            "Also describe the tools and the `<tool_call>` format in the system prompt, for models whose chat "
+            "template ignores `tools` (SmolLM2, say)."
+        ),
+    )
+
+
+def system_prompt(session: MCPSession, tools: list[dict[str, Any]], config: ToolRolloutConfig) -> str:
+    prompt = (config.system_prompt or DEFAULT_SYSTEM).format(server=session.server_name)
+    if session.instructions and session.instructions.strip():
+        prompt += f"\n\nAbout this server: {session.instructions.strip()}"
+    if config.tools_in_prompt:
+        listed = "\n".join(json.dumps(tool["function"]) for tool in tools)
+        prompt += TOOL_FORMAT.format(tools=listed)
+    return prompt
+
+
+def _answer_of(arguments: str) -> str:
+    try:
+        parsed = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return arguments
+    return str(parsed.get("answer", "")) if isinstance(parsed, dict) else str(parsed)
+
+
+async def tool_rollout(
+    model: Model, scenario: Scenario, session: MCPSession, config: ToolRolloutConfig | None = None
+) -> Trajectory:
+    """One attempt at `scenario`; the trajectory's metadata holds the answer, metrics the tool use."""
+    config = config or ToolRolloutConfig()
+    tools = [*session.openai_tools(), COMPLETE_TASK_TOOL]
+    client = model.openai_client()
+    metrics = {"turns": 0, "tool_calls": 0, "tool_errors": 0, "malformed_tool_calls": 0}
+    completed = False
+    answer: str | None = None
+    try:
+        async with rollout(scenario_id=scenario.id, task=scenario.task) as trajectory:
+            messages: list[dict[str, Any]] = [
+                {"role": "system", "content": system_prompt(session, tools, config)},
+                {"role": "user", "content": scenario.task},
+            ]
+            while metrics["turns"] < config.max_turns and not completed:
+                response = await client.chat.completions.create(
+                    model=model.served_name,
+                    messages=messages,  # type: ignore[arg-type]
+                    tools=tools,  # type: ignore[arg-type]
+                    temperature=config.temperature,
+                    max_tokens=config.max_tokens,
+                )
+                metrics["turns"] += 1
+                message = response.choices[0].message
+                messages.append(message.model_dump(exclude_none=True))
+                calls = message.tool_calls or []
+                if not calls:
+                    if "<tool_call>" in (message.content or ""):
+                        metrics["malformed_tool_calls"] += 1  # the server could not parse it: kept as text
+                    answer = message.content or ""
+                    break
+                for call in calls:
+                    if call.function.name == COMPLETE_TASK:
+                        completed, answer = True, _answer_of(call.function.arguments)
+                        tool_message = {"role": "tool", "tool_call_id": call.id, "content": "Task complete."}
+                    else:
+                        result = await session.call_tool(
+                            call.function.name, call.function.arguments, tool_call_id=call.id
+                        )
+                        metrics["tool_calls"] += 1
+                        metrics["tool_errors"] += int(result.is_error)
+                        tool_message = result.message(call.id)
+                    messages.append(tool_message)
+                    # a result the model never gets to read (last turn) still belongs in the trajectory
+                    record_tool_result(call.id, tool_message["content"], name=call.function.name)
+            trajectory.metadata["answer"] = answer
+            trajectory.metrics.update(metrics)
+            trajectory.metrics["completed"] = completed
+            trajectory.metrics["ran_out_of_turns"] = not completed and answer is None
+    finally:
+        await client.close()
+    return trajectory
