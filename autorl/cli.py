@@ -42,7 +42,7 @@ def mcp_rl(
     tools_in_prompt: Annotated[
         bool | None, Opt(help="Describe the tools in the system prompt (templates that ignore tools).")
     ] = None,
-    learning_rate: Annotated[float | None, Opt(help=" (default 1e-4)")] = None,
+    learning_rate: Annotated[float | None, Opt(help="Learning rate (default 1e-4).")] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default mcp-rl-run).")] = None,
     fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
 ) -> None:

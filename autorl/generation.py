@@ -28,7 +28,7 @@ from art_agents.ruler.llm import (
 
 Item = TypeVar("Item", bound=BaseModel)
 _WORDS = re.compile(r"[a-z0-9]+")
-DEFAULT_SIMILARITY = 0.9
+DEFAULT_SIMILARITY = 0.85
 
 
 class GenerationError(ArtError):
@@ -53,16 +53,20 @@ class Generated(BaseModel, Generic[Item]):
         return sum(c.completion_tokens for c in self.calls)
 
 
-def normalized(text: str) -> str:
-    return " ".join(_WORDS.findall(text.lower()))
+def words(text: str) -> list[str]:
+    return _WORDS.findall(text.lower())
 
 
 def near_duplicate(a: str, b: str, threshold: float = DEFAULT_SIMILARITY) -> bool:
-    """Same words in nearly the same order (case, punctuation and spacing ignored)."""
-    left, right = normalized(a), normalized(b)
-    if left == right:
-        return True
-    return SequenceMatcher(None, left, right, autojunk=False).ratio() >= threshold
+    """Nearly the same words in the same order, and the same numbers.
+
+    Case, punctuation and a word or two of padding are ignored; tasks that differ in their values
+    ("12 * 7" and "12 * 9") are different tasks.
+    """
+    left, right = words(a), words(b)
+    if [w for w in left if w.isdigit()] != [w for w in right if w.isdigit()]:
+        return False
+    return left == right or SequenceMatcher(None, left, right, autojunk=False).ratio() >= threshold
 
 
 def response_format(item_type: type[BaseModel], field: str) -> dict[str, Any]:
