@@ -1,0 +1,121 @@
+"""`art-agents mcp-rl` end to end on CPU: the tiny model, `mcp-server-time` over stdio, a scripted
+generator and judge through LiteLLM; interrupted with SIGINT, then rerun to finish at the right step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruler_fixtures import answer, shown
+from scripted_openai import ScriptedOpenAI
+
+TASKS = [
+    "What time is it now in Tokyo?",
+    "Convert 09:30 in London to the time in New York.",
+    "Which weekday is it right now in Sydney?",
+    "Is it already afternoon in Berlin?",
+    "What is the time difference between Paris and Los Angeles?",
+    "Convert 18:00 in Madrid to the time in Singapore.",
+    "What is the current date in Honolulu?",
+    "Tell me the time in UTC right now.",
+]
+
+
+def generator_or_judge(body: dict[str, Any]) -> str:
+    """Writes scenarios when asked for them, else judges: the first trajectory shown scores best."""
+    asked = re.search(r"exactly (\d+) items", body["messages"][-1]["content"])
+    if asked and "training tasks" in body["messages"][0]["content"]:
+        count = int(asked.group(1))
+        return json.dumps({"scenarios": [{"task": t, "difficulty": 2} for t in TASKS[:count]]})
+    ids = [i for i, _ in shown(body)]
+    return answer([(i, round(1 - k / len(ids), 3)) for k, i in enumerate(ids)])
+
+
+def command(url: str, tiny_model_path: Path, out: Path) -> list[str]:
+    return [
+        sys.executable, "-m", "art_agents", "mcp-rl",
+        "--server", f"{sys.executable} -m mcp_server_time",
+        "--base-model", str(tiny_model_path),
+        "--judge-model", "openai/judge", "--judge-api-base", url, "--judge-api-key", "sk-test",
+        "--generator-model", "openai/generator", "--generator-api-base", url, "--generator-api-key", "sk-test",
+        "--steps", "2", "--group-size", "2", "--groups-per-step", "2",
+        "--scenarios", "4", "--val-scenarios", "2", "--max-turns", "2", "--max-tokens", "8",
+        "--out", str(out),
+    ]  # fmt: skip
+
+
+def generator_requests(server: ScriptedOpenAI) -> int:
+    return sum("training tasks" in r["messages"][0]["content"] for r in server.requests)
+
+
+@pytest.mark.timeout(400)
+def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "ART_AGENTS_RULER_CACHE": str(tmp_path / "ruler-cache"), "PYTHONUNBUFFERED": "1"}
+    with ScriptedOpenAI(delay_s=0.2) as server:
+        server.default = generator_or_judge
+        argv = command(server.base_url, tiny_model_path, out)
+        checkpoints = out / "art" / "mcp-rl" / "models" / "mcp-agent" / "checkpoints"
+
+        first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 240
+        while not (checkpoints / "0001").is_dir():
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() < deadline, "no checkpoint 1 within 240 s"
+            time.sleep(0.2)
+        first.send_signal(signal.SIGINT)
+        stdout, stderr = first.communicate(timeout=60)
+        assert first.returncode in (0, 130), stderr
+        if first.returncode == 130:  # caught during step 2 (it may also have just finished)
+            assert "Rerun the same command to continue" in stderr and "Traceback" not in stderr
+        scenarios = (out / "scenarios.jsonl").read_text().splitlines()
+        assert len(scenarios) == 6 and generator_requests(server) == 1
+        assert json.loads((out / "eval" / "step_0000.json").read_text())["scenarios"] == 2
+
+        second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0, second.stderr
+        assert "reusing 6 scenarios" in second.stdout and "resuming the run" in second.stdout
+        assert generator_requests(server) == 1  # nothing regenerated
+        assert (out / "scenarios.jsonl").read_text().splitlines() == scenarios
+
+    history = [json.loads(line) for line in (checkpoints.parent / "history.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in history] == [1, 2]  # no step trained twice, none skipped
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 2 and summary["before"]["step"] == 0 and summary["after"]["step"] == 2
+    assert summary["generation"]["calls"] == 1 and summary["generation"]["prompt_tokens"] == 10
+    assert "task completed" in second.stdout and "judge + generator cost" in second.stdout
+    trajectories = [
+        json.loads(line)
+        for line in (checkpoints.parent / "trajectories" / "train" / "0001.jsonl").read_text().splitlines()
+    ]
+    assert trajectories  # the server kept what it trained on
+
+
+def test_mcp_rl_refuses_a_run_folder_of_another_task(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "task.json").write_text(json.dumps({"kind": "autorl", "task": "summarise emails"}))
+    result = subprocess.run(
+        [sys.executable, "-m", "art_agents", "mcp-rl", "--server", "mcp-server-time", "--base-model", "x",
+         "--reward", "m:f", "--out", str(out)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "holds a run of a different task" in result.stderr and "--fresh" in result.stderr
+
+
+def test_mcp_rl_needs_a_server_and_a_scorer(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "art_agents", "mcp-rl", "--base-model", "x", "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "give exactly one MCP server" in result.stderr
