@@ -39,9 +39,6 @@ def mcp_rl(
     val_scenarios: Annotated[int | None, Opt(help="Held-out scenarios (default 8).")] = None,
     max_turns: Annotated[int | None, Opt(help="Model calls per rollout (default 6).")] = None,
     max_tokens: Annotated[int | None, Opt(help="Tokens per model call (default 256).")] = None,
-    tools_in_prompt: Annotated[
-        bool | None, Opt(help="Describe the tools in the system prompt (templates that ignore tools).")
-    ] = None,
     learning_rate: Annotated[float | None, Opt(help="Learning rate (default 1e-4).")] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default mcp-rl-run).")] = None,
     fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
@@ -76,7 +73,7 @@ def mcp_rl(
         "groups_per_step": groups_per_step,
         "scenarios": scenarios,
         "val_scenarios": val_scenarios,
-        "rollout": {"max_turns": max_turns, "max_tokens": max_tokens, "tools_in_prompt": tools_in_prompt},
+        "rollout": {"max_turns": max_turns, "max_tokens": max_tokens},
         "train": {"learning_rate": learning_rate},
         "out": out,
     }

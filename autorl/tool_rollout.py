@@ -41,10 +41,6 @@ DEFAULT_SYSTEM = (
     "as needed, one step at a time, and use their results. When you are done, call complete_task with the "
     "final answer."
 )
-TOOL_FORMAT = (
-    "\n\nYou can call these tools:\n{tools}\n\nTo call a tool, write exactly\n"
-    '<tool_call>{{"name": "TOOL_NAME", "arguments": {{...}}}}</tool_call>\nand wait for its result.'
-)
 
 
 class ToolRolloutConfig(Schema):
@@ -56,22 +52,12 @@ class ToolRolloutConfig(Schema):
     system_prompt: str | None = Field(
         None, description="Replaces the default system prompt; `{server}` is the server's name."
     )
-    tools_in_prompt: bool = Field(
-        False,
-        description=(
-            "Also describe the tools and the `<tool_call>` format in the system prompt, for models whose chat "
-            "template ignores `tools` (SmolLM2, say)."
-        ),
-    )
 
 
-def system_prompt(session: MCPSession, tools: list[dict[str, Any]], config: ToolRolloutConfig) -> str:
-    prompt = (config.system_prompt or DEFAULT_SYSTEM).format(server=session.server_name)
+def system_prompt(session: MCPSession, config: ToolRolloutConfig) -> str:
+    prompt = (config.system_prompt or DEFAULT_SYSTEM).replace("{server}", session.server_name)
     if session.instructions and session.instructions.strip():
         prompt += f"\n\nAbout this server: {session.instructions.strip()}"
-    if config.tools_in_prompt:
-        listed = "\n".join(json.dumps(tool["function"]) for tool in tools)
-        prompt += TOOL_FORMAT.format(tools=listed)
     return prompt
 
 
@@ -96,7 +82,7 @@ async def tool_rollout(
     try:
         async with rollout(scenario_id=scenario.id, task=scenario.task) as trajectory:
             messages: list[dict[str, Any]] = [
-                {"role": "system", "content": system_prompt(session, tools, config)},
+                {"role": "system", "content": system_prompt(session, config)},
                 {"role": "user", "content": scenario.task},
             ]
             while metrics["turns"] < config.max_turns and not completed:

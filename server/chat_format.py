@@ -5,16 +5,97 @@ the tokenizer's response parser (transformers 5 `parse_response`, attached by TR
 templates) when it has one, else the common hermes `<tool_call>{json}</tool_call>` format. Text
 that looks like a tool call but does not parse stays plain content: a bad generation is data for
 training, never a server error.
+
+Many chat templates (SmolLM2's, say) ignore `tools`, drop an assistant message's `tool_calls` or
+skip `tool` messages, so a model would never see the tools it is offered, its own calls or their
+results. What a template cannot render is rendered in the hermes format it is parsed in: the tools
+listed in the system message, calls as `<tool_call>` text, results as `<tool_response>` user turns.
+What the template supports is probed once per tokenizer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 _HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+_PROBE = "art_probe_7f3a"
+HERMES_TOOLS = (
+    "You can call these tools:\n<tools>\n{tools}\n</tools>\nTo call a tool, write "
+    '<tool_call>{{"name": "TOOL_NAME", "arguments": {{...}}}}</tool_call>; its result comes back in '
+    "<tool_response></tool_response>."
+)
+
+
+@dataclass(frozen=True)
+class ToolSupport:
+    """Which tool parts the chat template renders itself."""
+
+    tools: bool
+    calls: bool
+    results: bool
+
+
+def tool_support(tokenizer: Any) -> ToolSupport:
+    cached = getattr(tokenizer, "_art_tool_support", None)
+    if isinstance(cached, ToolSupport):
+        return cached
+    user = {"role": "user", "content": "hi"}
+    call = {"id": "c1", "type": "function", "function": {"name": f"{_PROBE}_call", "arguments": "{}"}}
+    calling = {"role": "assistant", "content": "", "tool_calls": [call]}
+    tool = {"type": "function", "function": {"name": f"{_PROBE}_tool", "description": "", "parameters": {}}}
+
+    def renders(messages: list[dict[str, Any]], needle: str, tools: list[dict[str, Any]] | None = None) -> bool:
+        try:
+            text = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=False)
+        except Exception:  # a template that rejects the shape does not support it
+            return False
+        return needle in str(text)
+
+    support = ToolSupport(
+        tools=renders([user], f"{_PROBE}_tool", [tool]),
+        calls=renders([user, calling], f"{_PROBE}_call"),
+        results=renders([user, calling, {"role": "tool", "tool_call_id": "c1", "content": f"{_PROBE}_result"}],
+                        f"{_PROBE}_result"),
+    )  # fmt: skip
+    tokenizer._art_tool_support = support
+    return support
+
+
+def hermes_call(call: dict[str, Any]) -> str:
+    function = call.get("function", call)
+    arguments = function.get("arguments", {})
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):  # else rendered as the string the model wrote
+            arguments = json.loads(arguments)
+    return f"<tool_call>{json.dumps({'name': function.get('name', ''), 'arguments': arguments})}</tool_call>"
+
+
+def _fallbacks(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, support: ToolSupport
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """Messages and tools with what the template cannot render rewritten in the hermes format."""
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        if message["role"] == "assistant" and message.get("tool_calls") and not support.calls:
+            calls = "\n".join(hermes_call(c) for c in message["tool_calls"])
+            text = message.get("content") or ""
+            message = {"role": "assistant", "content": f"{text}\n{calls}" if text else calls}
+        elif message["role"] == "tool" and not support.results:
+            message = {"role": "user", "content": f"<tool_response>\n{message.get('content') or ''}\n</tool_response>"}
+        out.append(message)
+    if not tools or support.tools:
+        return out, tools
+    listed = HERMES_TOOLS.format(tools="\n".join(json.dumps(t.get("function", t)) for t in tools))
+    if out and out[0]["role"] == "system":
+        out[0] = {**out[0], "content": f"{out[0].get('content') or ''}\n\n{listed}"}
+    else:
+        out.insert(0, {"role": "system", "content": listed})
+    return out, None
 
 
 def _template_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -31,8 +112,9 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
 def render_ids(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool
 ) -> list[int]:
+    rendered, tools = _fallbacks([_template_message(m) for m in messages], tools, tool_support(tokenizer))
     ids = tokenizer.apply_chat_template(
-        [_template_message(m) for m in messages],
+        rendered,
         tools=tools or None,
         add_generation_prompt=add_generation_prompt,
         tokenize=True,
