@@ -52,6 +52,13 @@ class ToolRolloutConfig(Schema):
     system_prompt: str | None = Field(
         None, description="Replaces the default system prompt; `{server}` is the server's name."
     )
+    examples: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description=(
+            "Worked examples as OpenAI messages (user, assistant with tool_calls, tool, ...), placed between the "
+            "system prompt and the task: few-shot demonstrations that small models follow better than instructions."
+        ),
+    )
 
 
 def system_prompt(session: MCPSession, config: ToolRolloutConfig) -> str:
@@ -83,6 +90,7 @@ async def tool_rollout(
         async with rollout(scenario_id=scenario.id, task=scenario.task) as trajectory:
             messages: list[dict[str, Any]] = [
                 {"role": "system", "content": system_prompt(session, config)},
+                *config.examples,
                 {"role": "user", "content": scenario.task},
             ]
             while metrics["turns"] < config.max_turns and not completed:

