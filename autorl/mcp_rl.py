@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,14 @@ from pydantic import Field, model_validator
 
 from art_agents.autorl.evaluation import EvalReport, evaluate
 from art_agents.autorl.run_folder import RunFolder
-from art_agents.autorl.scenarios import Scenario, describe_server, generate_scenarios, split_scenarios
-from art_agents.autorl.scoring import TOOL_USE_RUBRIC, GroupScorer
+from art_agents.autorl.scenarios import (
+    Scenario,
+    ScenarioDraft,
+    describe_server,
+    generate_scenarios,
+    split_scenarios,
+)
+from art_agents.autorl.scoring import TOOL_USE_RUBRIC, GroupScorer, RewardFn
 from art_agents.autorl.tool_rollout import ToolRolloutConfig, tool_rollout
 from art_agents.errors import ArtError
 from art_agents.loop import StepRecord, load_function, train_loop
@@ -65,11 +71,9 @@ class MCPRLConfig(Schema):
     api_key: str | None = None
 
     @model_validator(mode="after")
-    def _one_server_and_a_scorer(self) -> MCPRLConfig:
+    def _one_server(self) -> MCPRLConfig:
         if (self.server is None) == (self.url is None):
             raise ValueError("give exactly one MCP server: a command (`server`, --server) or a URL (`url`, --url)")
-        if self.judge_model is None and self.reward is None:
-            raise ValueError("give --judge-model (RULER rewards) or --reward module:function")
         return self
 
     @classmethod
@@ -153,12 +157,19 @@ class MCPRLSummary(Schema):
         return "\n".join(lines)
 
 
-async def prepare_scenarios(config: MCPRLConfig, folder: RunFolder, session: Any, echo: Echo) -> list[Scenario]:
-    """The saved scenarios, or new ones written by the generator and saved (never both)."""
+async def prepare_scenarios(
+    config: MCPRLConfig, folder: RunFolder, session: Any, echo: Echo, given: Sequence[ScenarioDraft | str] | None = None
+) -> list[Scenario]:
+    """The saved scenarios; else the `given` ones, or new ones from the generator; split and saved."""
     saved = folder.read_jsonl("scenarios.jsonl", Scenario)
     if saved is not None:
         echo(f"reusing {len(saved)} scenarios from {folder.file('scenarios.jsonl')}")
         return saved
+    if given is not None:
+        drafts = [ScenarioDraft(task=g, difficulty=1) if isinstance(g, str) else g for g in given]
+        scenarios = split_scenarios(drafts, config.val_scenarios, config.seed)
+        folder.write_jsonl("scenarios.jsonl", list(scenarios))
+        return scenarios
     generator, params = config.generation_params()
     description = describe_server(session.openai_tools(), session.instructions, await session.list_resources())
     total = config.scenarios + config.val_scenarios
@@ -189,22 +200,36 @@ def _task(config: MCPRLConfig) -> dict[str, Any]:
     }
 
 
-async def run_mcp_rl(config: MCPRLConfig, *, fresh: bool = False, echo: Echo = print) -> MCPRLSummary:
-    """The whole MCP•RL pipeline; resumes from the run folder when it holds this run."""
+async def run_mcp_rl(
+    config: MCPRLConfig,
+    *,
+    reward: RewardFn | None = None,
+    scenarios: Sequence[ScenarioDraft | str] | None = None,
+    fresh: bool = False,
+    echo: Echo = print,
+) -> MCPRLSummary:
+    """The whole MCP•RL pipeline; resumes from the run folder when it holds this run.
+
+    `reward` (scenario, trajectory) -> float replaces RULER and `config.reward`; `scenarios`
+    (tasks you already have) replace generation. Both only matter on a run's first start.
+    """
     from art_agents.backend import LocalBackend, RemoteBackend
 
+    if reward is None and config.reward:
+        reward = load_function(config.reward, "reward")
+    if reward is None and config.judge_model is None:
+        raise ValueError("give --judge-model (RULER rewards) or --reward module:function")
     folder = RunFolder(config.out)
     if folder.claim(_task(config), fresh=fresh):
         echo(f"resuming the run in {folder.path}")
-    reward = load_function(config.reward, "reward") if config.reward else None
     server = config.mcp_server()
     async with server:
         async with server.session() as probe:
-            scenarios = await prepare_scenarios(config, folder, probe, echo)
-        train = [s for s in scenarios if s.split == "train"]
-        val = [s for s in scenarios if s.split == "val"]
+            tasks = await prepare_scenarios(config, folder, probe, echo, scenarios)
+        train = [s for s in tasks if s.split == "train"]
+        val = [s for s in tasks if s.split == "val"]
         scorer = GroupScorer(
-            {s.id: s for s in scenarios},
+            {s.id: s for s in tasks},
             reward=reward,
             judge_model=config.judge_model,
             rubric=config.rubric,

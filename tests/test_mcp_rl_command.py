@@ -73,7 +73,7 @@ def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_pat
             assert time.monotonic() < deadline, "no checkpoint 1 within 240 s"
             time.sleep(0.2)
         first.send_signal(signal.SIGINT)
-        stdout, stderr = first.communicate(timeout=60)
+        _, stderr = first.communicate(timeout=60)
         assert first.returncode in (0, 130), stderr
         if first.returncode == 130:  # caught during step 2 (it may also have just finished)
             assert "Rerun the same command to continue" in stderr and "Traceback" not in stderr
@@ -106,7 +106,7 @@ def test_mcp_rl_refuses_a_run_folder_of_another_task(tmp_path: Path) -> None:
     (out / "task.json").write_text(json.dumps({"kind": "autorl", "task": "summarise emails"}))
     result = subprocess.run(
         [sys.executable, "-m", "art_agents", "mcp-rl", "--server", "mcp-server-time", "--base-model", "x",
-         "--reward", "m:f", "--out", str(out)],
+         "--judge-model", "openai/judge", "--out", str(out)],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1
@@ -119,3 +119,21 @@ def test_mcp_rl_needs_a_server_and_a_scorer(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 2 and "give exactly one MCP server" in result.stderr
+
+
+def test_a_toml_config_with_flags_over_it(tmp_path: Path) -> None:
+    from art_agents.autorl.mcp_rl import MCPRLConfig
+
+    path = tmp_path / "run.toml"
+    path.write_text(
+        'server = "uvx mcp-server-time"\nbase_model = "Qwen/Qwen3-0.6B"\njudge_model = "openai/gpt-4.1-mini"\n'
+        'steps = 5\nout = "runs/a"\n[rollout]\nmax_turns = 3\n[train]\nlearning_rate = 2e-4\n'
+        '[judge_params]\napi_base = "http://127.0.0.1:9/v1"\n'
+    )
+    flags = {"steps": 7, "rollout": {"max_turns": None, "max_tokens": 99}, "train": {"learning_rate": None}}
+    config = MCPRLConfig.load(path, {**flags, "judge_params": {"api_base": None, "api_key": "k"}, "out": None})
+    assert config.steps == 7 and config.rollout.max_turns == 3 and config.rollout.max_tokens == 99
+    assert config.train.learning_rate == 2e-4 and config.out == tmp_path / "runs" / "a"
+    assert config.judge_params == {"api_base": "http://127.0.0.1:9/v1", "api_key": "k"}
+    plain = MCPRLConfig.load(None, {"server": "x", "base_model": "m", "train": {"learning_rate": None}})
+    assert plain.train.learning_rate == 1e-4 and plain.out == Path("mcp-rl-run")  # defaults survive empty tables
