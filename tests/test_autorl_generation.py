@@ -54,7 +54,10 @@ async def test_exact_count_after_reasks_and_dropped_duplicates(scripted: Scripte
     assert generated.duplicates_dropped == 1 and len(generated.calls) == 5
     problems = [c.problem for c in generated.calls]
     assert "not valid JSON" in problems[0]
-    assert "scenarios[1] is invalid (task:" in problems[1] and "difficulty: Input should be less than or equal to 5" in problems[1]
+    assert (
+        "scenarios[1] is invalid (task:" in problems[1]
+        and "difficulty: Input should be less than or equal to 5" in problems[1]
+    )
     assert "holds 1 items under 'scenarios', but exactly 4 were asked for" in problems[2]
     assert problems[3] is None and problems[4] is None
     reask = scripted.requests[1]["messages"][-1]["content"]

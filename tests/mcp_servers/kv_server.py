@@ -1,8 +1,8 @@
 """A stateful key-value MCP server for tests: stdio by default, streamable HTTP with `--http PORT`.
 
-State lives per MCP session (keyed by the session id over HTTP, one store per process over stdio),
-so fresh sessions are isolated. `slow` sleeps (timeouts), `crash` kills the process (a server that
-dies mid-rollout).
+State lives per MCP session: keyed by the HTTP session id (one per initialize handshake), and one
+store per process over stdio, so fresh sessions are isolated. `slow` sleeps (timeouts), `crash`
+ends the process at once (a server dying mid-rollout), and `kv.size` has a name OpenAI rejects.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 from collections import defaultdict
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 
 INSTRUCTIONS = "A key-value store. Use put to store a value, get to read it back and keys to list the keys."
 
@@ -21,8 +22,7 @@ _stores: defaultdict[str, dict[str, str]] = defaultdict(dict)
 
 
 def _store(ctx: Context) -> dict[str, str]:
-    headers = ctx.headers or {}
-    return _stores[headers.get("mcp-session-id", "stdio")]
+    return _stores[(ctx.headers or {}).get("mcp-session-id", "stdio")]
 
 
 @server.tool()
@@ -37,7 +37,7 @@ def get(key: str, ctx: Context) -> str:
     """Read the value stored under a key."""
     store = _store(ctx)
     if key not in store:
-        raise ValueError(f"no such key: {key}")
+        raise ToolError(f"no such key: {key}")
     return store[key]
 
 
@@ -47,28 +47,34 @@ def keys(ctx: Context) -> list[str]:
     return sorted(_store(ctx))
 
 
+@server.tool(name="kv.size")
+def size(ctx: Context) -> int:
+    """How many keys are stored."""
+    return len(_store(ctx))
+
+
 @server.tool()
 async def slow(seconds: float) -> str:
-    """Sleep, then answer (for timeouts)."""
+    """Sleep, then answer."""
     await asyncio.sleep(seconds)
     return f"slept {seconds}"
 
 
 @server.tool()
-def crash() -> str:
-    """Exit the process at once (a server dying mid-rollout)."""
-    os._exit(3)
+def setting(name: str, ctx: Context) -> str:
+    """An HTTP request header, or else an environment variable, of this name (checks what clients pass)."""
+    return (ctx.headers or {}).get(name.lower()) or os.environ.get(name, "")
 
 
 @server.tool()
-def pid() -> int:
-    """The server's process id."""
-    return os.getpid()
+def crash() -> str:
+    """End the server process at once."""
+    os._exit(3)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--http", type=int, help="serve streamable HTTP on this loopback port instead of stdio")
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on 127.0.0.1:PORT")
     args = parser.parse_args()
     if args.http:
         server.run("streamable-http", host="127.0.0.1", port=args.http)

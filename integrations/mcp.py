@@ -1,0 +1,515 @@
+"""MCP tool sessions whose every tool call is recorded in the running rollout (MCP•RL).
+
+`MCPServer` says how to reach a server (a command for stdio, a URL for streamable HTTP);
+`server.session()` opens an `MCPSession`, whose tools a model sees as OpenAI function tools and
+whose `call_tool` records each call in the current trajectory.
+
+Each session holds its `mcp.Client` in an owner task of its own: anyio cancel scopes must be
+entered and exited by the same task, and a transport that fails then takes down only that task,
+never the rollout using the session. Closing always stops the server process, also when the rollout
+is cancelled. A parent killed with SIGKILL leaves no orphan: stdio servers exit when their stdin
+closes (checked by the tests for SDK-based servers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import copy
+import os
+import shlex
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import IO, TYPE_CHECKING, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
+
+from art_agents.capture import record_tool_call
+from art_agents.errors import ArtError
+from art_agents.integrations.mcp_tools import (
+    all_pages,
+    as_text,
+    call_parts,
+    command_label,
+    describe,
+    is_network_error,
+    leaf_error,
+    openai_names,
+    openai_tool,
+    parse_arguments,
+    result_text,
+    schema_problem,
+)
+from art_agents.schema import Schema
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.types import Tool
+
+STDERR_TAIL_BYTES = 1500
+STDERR_TAIL_LINES = 12
+EXIT_WAIT_POLLS = 100  # 1 s for a server that closed its stdout to be reaped, so errors can say its exit code
+_owners: set[asyncio.Task[None]] = set()  # strong references: a closing owner must not be garbage collected
+
+
+class MCPError(ArtError):
+    """An MCP server cannot be started or reached, or went away; the message names the fix."""
+
+
+class MCPSchemaError(MCPError):
+    """A tool's inputSchema is not valid JSON Schema, so no model can be given that tool."""
+
+
+class ToolResult(Schema):
+    """What one tool call gave back, as the model will read it."""
+
+    name: str = Field(description="The MCP tool name (not the OpenAI-safe alias).")
+    arguments: dict[str, Any] | str = Field(description="As parsed; the original text when it was not a JSON object.")
+    content: str = Field(description="Text for the model; starts with 'Error: ' when is_error.")
+    is_error: bool = False
+    error: str | None = Field(None, description="Why the call failed: tool error, bad arguments, timeout.")
+    duration_s: float = 0.0
+    structured: Any | None = Field(None, description="The tool's structuredContent, if any.")
+
+    def message(self, tool_call_id: str) -> dict[str, Any]:
+        """The OpenAI `tool` message answering the model's call `tool_call_id`."""
+        return {"role": "tool", "tool_call_id": tool_call_id, "content": self.content}
+
+
+class MCPServer(Schema):
+    """How to reach one MCP server; `session()` opens a connection."""
+
+    command: list[str] | None = Field(None, description="stdio: argv of the server process.")
+    url: str | None = Field(None, description="Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp.")
+    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers (auth).")
+    env: dict[str, str] | None = Field(None, description="Extra environment of the stdio process, over os.environ.")
+    cwd: str | None = None
+    name: str | None = Field(None, description="Label; default: derived from the command or the URL host.")
+    tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call; past it the call is an error result.")
+    connect_timeout_s: float = Field(30.0, gt=0, description="Start + initialize + list tools.")
+    shared: bool = Field(False, description="One session reused by every `session()` call (read-only servers).")
+    protocol: Literal["legacy", "auto"] = Field(
+        "legacy",
+        description=(
+            "`legacy`: the initialize handshake, whose HTTP session id lets a stateful server keep state per "
+            "session, so fresh sessions stay isolated. `auto`: probe the 2026-07-28 protocol first (no sessions); "
+            "needed only for servers that speak nothing older."
+        ),
+    )
+
+    _shared_session: Any = PrivateAttr(None)
+    _shared_lock: Any = PrivateAttr(None)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> MCPServer:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give exactly one of `command` (a stdio server's argv) or `url` (a streamable HTTP URL)")
+        if self.command is not None and (not self.command or not all(self.command)):
+            raise ValueError(
+                f"`command` must be a non-empty argv such as ['uvx', 'mcp-server-time'], got {self.command}"
+            )
+        if self.url is not None and urlsplit(self.url).scheme not in ("http", "https"):
+            raise ValueError(f"`url` must start with http:// or https://, got {self.url!r}")
+        return self
+
+    @classmethod
+    def parse(cls, command: str | list[str] | None = None, *, url: str | None = None, **options: Any) -> MCPServer:
+        """From a command line (`"uvx mcp-server-time --x"`, shlex-split), an argv, or a URL."""
+        if isinstance(command, str) and urlsplit(command).scheme in ("http", "https") and url is None:
+            command, url = None, command
+        if isinstance(command, str):
+            command = shlex.split(command)
+        return cls(command=command, url=url, **options)
+
+    @property
+    def label(self) -> str:
+        if self.name:
+            return self.name
+        if self.command:
+            return command_label(self.command)
+        return urlsplit(self.url or "").hostname or str(self.url)
+
+    def session(self) -> contextlib.AbstractAsyncContextManager[MCPSession]:
+        """A fresh session (own process / own HTTP session) per call; with `shared`, one for all."""
+        return self._shared_use() if self.shared else self._fresh()
+
+    @contextlib.asynccontextmanager
+    async def _fresh(self) -> AsyncIterator[MCPSession]:
+        session = await MCPSession.open(self)
+        try:
+            yield session
+        finally:
+            await session.aclose()
+
+    @contextlib.asynccontextmanager
+    async def _shared_use(self) -> AsyncIterator[MCPSession]:
+        if self._shared_lock is None:
+            self._shared_lock = asyncio.Lock()
+        async with self._shared_lock:
+            if self._shared_session is None or self._shared_session.closed:
+                self._shared_session = await MCPSession.open(self)
+        yield self._shared_session
+
+    async def aclose(self) -> None:
+        """Close the shared session, if one is open."""
+        session, self._shared_session = self._shared_session, None
+        if session is not None:
+            await session.aclose()
+
+    async def __aenter__(self) -> MCPServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class MCPSession:
+    """One open connection to an MCP server: its tools as OpenAI tools, and recorded tool calls.
+
+    `pid` is the stdio server's process id (None over HTTP), so callers can check the process is
+    gone after the session closed.
+    """
+
+    def __init__(self, server: MCPServer) -> None:
+        self.server = server
+        self.server_name: str = server.label
+        self.instructions: str | None = None
+        self.tools: list[Tool] = []
+        self.pid: int | None = None
+        self._openai_tools: list[dict[str, Any]] = []
+        self._to_openai: dict[str, str] = {}
+        self._to_mcp: dict[str, str] = {}
+        self._client: Client | None = None
+        self._process: Any = None
+        self._stderr: IO[bytes] | None = None
+        self._failure: Exception | None = None
+        self._ready = asyncio.Event()
+        self._closing = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, server: MCPServer) -> MCPSession:
+        """Start the server (or connect), initialize and list its tools, within `connect_timeout_s`."""
+        session = cls(server)
+        # an empty context: the owner outlives the rollout that opened it and must not carry its trajectory
+        task = asyncio.create_task(session._own(), name=f"mcp:{server.label}", context=contextvars.Context())
+        session._task = task
+        _owners.add(task)
+        task.add_done_callback(_owners.discard)
+        try:
+            await asyncio.wait_for(session._ready.wait(), server.connect_timeout_s)
+        except TimeoutError:
+            await session.aclose()
+            raise MCPError(
+                f"MCP server '{server.label}' did not finish starting within connect_timeout_s="
+                f"{server.connect_timeout_s:g}s{session._stderr_tail()}; raise connect_timeout_s if it is slow to start "
+                "(a first `uvx`/`npx` run downloads packages), or check that it speaks MCP on stdout"
+            ) from None
+        except BaseException:
+            await session.aclose()
+            raise
+        if session._failure is not None:
+            error = session._open_error(session._failure)
+            await session.aclose()
+            raise error from None
+        return session
+
+    @property
+    def closed(self) -> bool:
+        return self._task is None or self._task.done()
+
+    async def aclose(self) -> None:
+        """Close the connection and stop the server; safe twice, and from a cancelled task."""
+        self._closing.set()
+        if self._task is not None:
+            if not self._ready.is_set():  # abandoned while opening: no polite shutdown for a server that never answered
+                if self._process is not None and self._process.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        self._process.terminate()
+                self._task.cancel()
+            await asyncio.wait({self._task})  # if this wait is cancelled, the owner still finishes closing
+        if self._stderr is not None:
+            self._stderr.close()
+
+    async def _own(self) -> None:
+        from mcp import Client
+        from mcp.types import Implementation
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                client = Client(
+                    await self._transport(stack),
+                    mode=self.server.protocol,
+                    read_timeout_seconds=self.server.connect_timeout_s,
+                    client_info=Implementation(name="art-agents", version="0"),
+                    cache=None,
+                )
+                await stack.enter_async_context(client)
+                self._client = client
+                info = client.server_info
+                self.server_name = self.server.name or (info.name if info and info.name else self.server.label)
+                self.instructions = client.instructions
+                self._set_tools(await all_pages(client.list_tools, "tools"))
+                self._ready.set()
+                await self._closing.wait()
+        except Exception as exc:
+            self._failure = exc
+        finally:
+            self._client = None
+            self._ready.set()
+
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
+        if self.server.url is not None:
+            import httpx2
+            from mcp.client.streamable_http import streamable_http_client
+
+            timeout = httpx2.Timeout(self.server.connect_timeout_s, read=max(300.0, self.server.tool_timeout_s))
+            http = await stack.enter_async_context(httpx2.AsyncClient(headers=self.server.headers, timeout=timeout))
+            return streamable_http_client(self.server.url, http_client=http)
+        from mcp.client.stdio import StdioServerParameters
+
+        assert self.server.command is not None
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the session; aclose closes it)
+        command, *args = self.server.command
+        env = {**os.environ, **(self.server.env or {})}
+        return self._stdio(StdioServerParameters(command=command, args=args, env=env, cwd=self.server.cwd))
+
+    @contextlib.asynccontextmanager
+    async def _stdio(self, params: Any) -> AsyncIterator[Any]:
+        """The SDK's stdio transport, noting its process: the SDK keeps it in a local variable only."""
+        from mcp.client.stdio import stdio_client
+
+        manager = stdio_client(params, errlog=self._stderr)  # type: ignore[arg-type]
+        async with manager as streams:
+            frame = getattr(getattr(manager, "gen", None), "ag_frame", None)
+            self._process = frame.f_locals.get("process") if frame is not None else None
+            self.pid = getattr(self._process, "pid", None)
+            yield streams
+
+    def _set_tools(self, tools: list[Tool]) -> None:
+        for tool in tools:
+            if problem := schema_problem(tool.input_schema):
+                raise MCPSchemaError(
+                    f"MCP server '{self.server_name}': tool {tool.name!r} has an invalid inputSchema: {problem}; "
+                    "fix the tool's schema on the server (a model cannot be given a tool it cannot call)"
+                )
+        self.tools = tools
+        self._to_openai = openai_names(tool.name for tool in tools)
+        self._to_mcp = {alias: name for name, alias in self._to_openai.items()}
+        self._openai_tools = [openai_tool(tool, self._to_openai[tool.name]) for tool in tools]
+
+    async def list_tools(self) -> list[Tool]:
+        """List the tools again (a server may change them) and refresh `tools` and the OpenAI names."""
+        tools = await self._request(lambda client: all_pages(client.list_tools, "tools"))
+        self._set_tools(tools)
+        return tools
+
+    async def list_resources(self) -> list[Any]:
+        """The server's resources; [] for a server without the capability."""
+        return await self._request(lambda client: all_pages(client.list_resources, "resources"), "resources")
+
+    async def list_prompts(self) -> list[Any]:
+        """The server's prompts; [] for a server without the capability."""
+        return await self._request(lambda client: all_pages(client.list_prompts, "prompts"), "prompts")
+
+    def openai_tools(self) -> list[dict[str, Any]]:
+        """The tools as OpenAI function tools (a copy: callers may change it)."""
+        return copy.deepcopy(self._openai_tools)
+
+    def mcp_name(self, openai_name: str) -> str:
+        """The MCP name behind an OpenAI-safe tool name (an MCP name maps to itself)."""
+        if openai_name in self._to_mcp:
+            return self._to_mcp[openai_name]
+        if openai_name in self._to_openai:
+            return openai_name
+        raise KeyError(f"MCP server '{self.server_name}' has no tool {openai_name!r}; its tools: {self._tool_list()}")
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str | None = None,
+        *,
+        tool_call_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> ToolResult:
+        """Run one tool and record it in the current rollout.
+
+        Whatever the model can recover from (unknown tool, bad arguments, a tool error, a timeout)
+        comes back as an error result it can read; a server that is gone raises MCPError.
+        """
+        started = time.perf_counter()
+        parsed, problem = parse_arguments(arguments)
+        tool = self._to_mcp.get(name, name if name in self._to_openai else None)
+        text, structured = "", None
+        if tool is None:
+            problem = f"unknown tool {name!r}; available tools: {self._tool_list()}"
+        elif problem is None:
+            assert parsed is not None
+            try:
+                text, problem, structured = await self._invoke(tool, parsed, timeout_s or self.server.tool_timeout_s)
+            except MCPError as gone:
+                self._record(tool, parsed, None, str(gone), started, tool_call_id)
+                raise
+        else:
+            problem = f"tool {tool!r}: {problem}"
+        recorded = parsed if parsed is not None else as_text(arguments)
+        result = ToolResult(
+            name=tool or name,
+            arguments=recorded,
+            content=f"Error: {problem}" if problem is not None else text,
+            is_error=problem is not None,
+            error=problem,
+            duration_s=time.perf_counter() - started,
+            structured=structured,
+        )
+        self._record(result.name, recorded, result.content, problem, started, tool_call_id)
+        return result
+
+    async def run_tool_calls(self, tool_calls: Any) -> list[dict[str, Any]]:
+        """Run an assistant message's tool calls in order; returns the OpenAI `tool` messages.
+
+        Calls may be OpenAI SDK objects, `art_agents.messages.ToolCall`s, or dicts.
+        """
+        messages = []
+        for call in tool_calls or []:
+            call_id, name, arguments = call_parts(call)
+            result = await self.call_tool(name, arguments, tool_call_id=call_id)
+            messages.append(result.message(call_id or ""))
+        return messages
+
+    async def _invoke(self, tool: str, arguments: dict[str, Any], timeout_s: float) -> tuple[str, str | None, Any]:
+        """(text, problem, structured) of one call; raises MCPError when the server is gone."""
+        import anyio
+        from mcp import MCPError as SDKError
+        from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        client = self._client
+        if client is None:
+            raise await self._gone()
+        try:
+            result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
+        except SDKError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                raise await self._gone(exc.message) from None
+            if exc.code == REQUEST_TIMEOUT:
+                return "", f"tool {tool!r} timed out after {timeout_s:g}s (tool_timeout_s)", None
+            return "", f"tool {tool!r} failed: {exc.message}", None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            raise await self._gone(type(exc).__name__) from None
+        except (RuntimeError, ValidationError) as exc:  # the server answered something the SDK rejects
+            return "", f"tool {tool!r} gave an invalid result: {exc}", None
+        text = result_text(result)
+        if result.is_error:
+            return text, text or f"tool {tool!r} reported an error without a message", None
+        return text, None, result.structured_content
+
+    async def _request(
+        self, send: Callable[[Client], Awaitable[list[Any]]], capability: str | None = None
+    ) -> list[Any]:
+        from mcp import MCPError as SDKError
+        from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND
+
+        client = self._client
+        if client is None:
+            raise await self._gone()
+        if capability is not None and getattr(client.server_capabilities, capability, None) is None:
+            return []
+        try:
+            return await send(client)
+        except SDKError as exc:
+            if exc.code == METHOD_NOT_FOUND and capability is not None:
+                return []
+            if exc.code == CONNECTION_CLOSED:
+                raise await self._gone(exc.message) from None
+            raise MCPError(f"MCP server '{self.server_name}' refused the request: {exc.message}") from None
+
+    def _record(
+        self,
+        tool: str,
+        arguments: dict[str, Any] | str,
+        content: str | None,
+        error: str | None,
+        started: float,
+        call_id: str | None,
+    ) -> None:
+        record_tool_call(
+            tool,
+            arguments,
+            result=content,
+            error=error,
+            duration_s=time.perf_counter() - started,
+            tool_call_id=call_id,
+            span=f"mcp:{self.server_name}/{tool}",
+        )
+
+    def _tool_list(self) -> str:
+        return ", ".join(self._to_openai) or "(none)"
+
+    def _where(self) -> str:
+        return self.server.url or f"`{shlex.join(self.server.command or [])}`"
+
+    def _exit_code(self) -> int | None:
+        return getattr(self._process, "returncode", None)
+
+    def _stderr_tail(self) -> str:
+        if self._stderr is None or self._stderr.closed:
+            return ""
+        size = os.fstat(self._stderr.fileno()).st_size
+        tail = os.pread(self._stderr.fileno(), STDERR_TAIL_BYTES, max(0, size - STDERR_TAIL_BYTES))
+        text = "\n".join(tail.decode(errors="replace").strip().splitlines()[-STDERR_TAIL_LINES:])
+        return f"; its stderr ends with:\n{text}\n" if text else ""
+
+    async def _gone(self, detail: str | None = None) -> MCPError:
+        """The error for a server that went away, with its exit code once the process is reaped."""
+        if self._closing.is_set() and self._failure is None:
+            return MCPError(
+                f"the session to MCP server '{self.server_name}' is closed; call its tools inside "
+                "`async with server.session() as session:`"
+            )
+        for _ in range(EXIT_WAIT_POLLS):
+            if self._process is None or self._exit_code() is not None:
+                break
+            await asyncio.sleep(0.01)
+        if detail is None:
+            detail = describe(self._failure) if self._failure is not None else "connection closed"
+        if (code := self._exit_code()) is not None:
+            detail += f", exit code {code}"
+        return MCPError(
+            f"MCP server '{self.server_name}' ({self._where()}) exited during the session ({detail})"
+            f"{self._stderr_tail()}; its tools are gone for this rollout: check the server's log, then open a new "
+            "session"
+        )
+
+    def _open_error(self, failure: Exception) -> MCPError:
+        from mcp import MCPError as SDKError
+        from mcp.types import CONNECTION_CLOSED
+
+        leaf = leaf_error(failure)
+        if isinstance(leaf, MCPError):
+            return leaf
+        label, command = self.server.label, self.server.command
+        if command and isinstance(leaf, FileNotFoundError):
+            return MCPError(
+                f"MCP server '{label}': command {command[0]!r} not found; install it or check PATH "
+                "(or give the full path of the executable)"
+            )
+        if command and isinstance(leaf, PermissionError):
+            return MCPError(f"MCP server '{label}': command {command[0]!r} is not executable; check its path and mode")
+        if self.server.url and is_network_error(leaf):
+            return MCPError(
+                f"MCP server '{label}': cannot connect to {self.server.url} ({describe(leaf)}); check that the "
+                "server is running and that the URL's host, port and path are right"
+            )
+        if command and isinstance(leaf, SDKError) and leaf.code == CONNECTION_CLOSED:
+            code = self._exit_code()
+            return MCPError(
+                f"MCP server '{label}' exited before it finished starting"
+                f"{f' (exit code {code})' if code is not None else ''}{self._stderr_tail()}; "
+                f"run {self._where()} by hand to see why"
+            )
+        return MCPError(
+            f"MCP server '{label}' ({self._where()}) failed to start: {describe(leaf)}{self._stderr_tail()}"
+        )
