@@ -1,0 +1,73 @@
+"""benchmarks/mcp_rl.py: tasks carry right answers, the reward checks them, and the script runs on the tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from art_agents import Trajectory
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mcp_rl.py"
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mcp_rl_benchmark", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_scenarios_are_fixed_disjoint_and_answered(bench: ModuleType) -> None:
+    scenarios = bench.build_scenarios(40, 10)
+    assert scenarios == bench.build_scenarios(40, 10)
+    assert sum(s.split == "val" for s in scenarios) == 10 and len({s.task for s in scenarios}) == 40
+    product = next(s for s in scenarios if s.task.startswith("What is ") and " * " in s.task)
+    a, b = (int(x) for x in product.task.removeprefix("What is ").rstrip("?").split(" * "))
+    assert product.reference_answer == str(a * b)
+
+
+@pytest.mark.parametrize(
+    ("answer", "calls", "errors", "shaped", "strict"),
+    [
+        ("The answer is 10,063.", 1, 0, 1.0, 1.0),  # right: first number, commas ignored
+        ("10063", 0, 0, 1.0, 1.0),  # right without the tool still counts as task success
+        ("347 * 29 = 10063", 1, 0, 0.3, 0.0),  # the first number is not the answer
+        ("10064", 1, 0, 0.3, 0.0),  # a calculator call that ran
+        ("10064", 2, 2, 0.1, 0.0),  # only failing calls (unknown tool, bad arguments)
+        ("<tool_call>{bad json", 0, 0, 0.05, 0.0),  # tried the format and missed
+        (None, 0, 0, 0.0, 0.0),
+    ],
+)
+def test_reward_checks_the_final_answer(
+    bench: ModuleType, answer: str | None, calls: int, errors: int, shaped: float, strict: float
+) -> None:
+    scenario = bench.Scenario(id="x", split="val", task="What is 347 * 29?", difficulty=1, reference_answer="10063")
+    malformed = int("<tool_call>" in (answer or ""))
+    metrics = {"tool_calls": calls, "tool_errors": errors, "malformed_tool_calls": malformed}
+    trajectory = Trajectory(metadata={"answer": answer}, metrics=metrics)
+    assert bench.reward(scenario, trajectory) == shaped
+    assert bench.reward(scenario, trajectory, shaping=False) == strict
+
+
+def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    command = [
+        sys.executable, str(SCRIPT), "--tiny", "--steps", "1", "--eval-limit", "3", "--groups-per-step", "2",
+        "--group-size", "2", "--max-tokens", "8", "--lora-rank", "4", "--result", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "task success" in done.stdout and "valid tool call" in done.stdout
+    summary = json.loads(out.read_text())
+    assert summary["steps"] == 1 and len(summary["before"]["items"]) == len(summary["after"]["items"]) == 3
+    row = summary["rows"]["task success"]
+    assert row["ci"][0] <= row["diff"] <= row["ci"][1]
