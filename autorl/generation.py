@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from art_agents.errors import ArtError
 from art_agents.ruler.llm import (
+    CallTotals,
     CannotCall,
     InvalidAnswer,
     LLMCall,
@@ -35,22 +36,10 @@ class GenerationError(ArtError):
     """The generator could not produce the requested items; the message names why and the fix."""
 
 
-class Generated(BaseModel, Generic[Item]):
+class Generated(CallTotals, BaseModel, Generic[Item]):
     items: list[Item]
     calls: list[LLMCall] = Field(default_factory=list)
     duplicates_dropped: int = 0
-
-    @property
-    def cost_usd(self) -> float:
-        return sum(c.cost_usd for c in self.calls)
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(c.prompt_tokens for c in self.calls)
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(c.completion_tokens for c in self.calls)
 
 
 def words(text: str) -> list[str]:

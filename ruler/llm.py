@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -33,6 +33,29 @@ class LLMCall(BaseModel):
     cost_known: bool = True
     latency_s: float = 0.0
     problem: str | None = None
+
+
+class CallTotals:
+    """Totals over `calls`, for results that paid for LLM requests (a judgement, a generation)."""
+
+    calls: Sequence[LLMCall]
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(c.prompt_tokens for c in self.calls)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(c.completion_tokens for c in self.calls)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(c.cost_usd for c in self.calls)
+
+    @property
+    def cost_known(self) -> bool:
+        """False when any paid call's model is missing from LiteLLM's price map (its cost counts as 0)."""
+        return all(c.cost_known for c in self.calls)
 
 
 class Answer(BaseModel, Generic[T]):

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import JudgeCall, Judgement, judge
+from art_agents.ruler.llm import CallTotals
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, Messages, Tools, render_judge_messages, trajectory_ids
 from art_agents.ruler.prompt import response_format as answer_schema
 from art_agents.trajectory import TrajectoryGroup
@@ -69,7 +70,7 @@ def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:
     return (concordant - discordant) / denominator
 
 
-class RulerResult(BaseModel):
+class RulerResult(CallTotals, BaseModel):
     """Scores in the order of the conversations given, with what each pass said and what it cost."""
 
     ids: list[str]
@@ -78,23 +79,6 @@ class RulerResult(BaseModel):
     explanations: list[list[str]]
     agreement: float | None = None
     calls: list[JudgeCall]
-
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(c.prompt_tokens for c in self.calls)
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(c.completion_tokens for c in self.calls)
-
-    @property
-    def cost_usd(self) -> float:
-        return sum(c.cost_usd for c in self.calls)
-
-    @property
-    def cost_known(self) -> bool:
-        """False when any paid call's model is missing from LiteLLM's price map (its cost counts as 0)."""
-        return all(c.cost_known for c in self.calls)
 
 
 async def ruler(
