@@ -107,12 +107,12 @@ def build_scenarios(count: int, val_count: int, seed: int = 0) -> list[Scenario]
 
 
 def correct(reference: str, answer: str | None) -> bool:
-    """The answer's first number equals the reference (commas ignored, 1e-3 relative tolerance)."""
+    """The answer's first number equals the reference (commas ignored; 1e-3 for the divisions' decimals)."""
     found = NUMBER.findall(answer or "")
     if not found:
         return False
     value, target = float(found[0].replace(",", "")), float(reference)
-    return abs(value - target) <= 1e-3 * max(1.0, abs(target))
+    return abs(value - target) <= 1e-3
 
 
 def reward(scenario: Scenario, trajectory: Any, *, shaping: bool = True) -> float:
@@ -214,7 +214,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         max_batch_size=max(len(val), per_step),
         seed=args.seed,
     )
-    train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=per_step)
+    # worked examples make ~800-token sequences: 4 per pass keeps the server near 6 GB (16 ran out of 24 GB)
+    train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=4)
     server = MCPServer(command=server_command(args), shared=True)  # a calculator has no state to isolate
     scorer = GroupScorer({s.id: s for s in scenarios}, reward=functools.partial(reward, shaping=not args.no_shaping))
     backend = LocalBackend(art_path, startup_timeout=600)
