@@ -8,6 +8,7 @@ the run folder, so rerunning the same command resumes at the last saved step.
 
 from __future__ import annotations
 
+import functools
 import json
 import tomllib
 from collections.abc import Callable, Sequence
@@ -26,7 +27,7 @@ from art_agents.autorl.scenarios import (
     split_scenarios,
 )
 from art_agents.autorl.scoring import TOOL_USE_RUBRIC, GroupScorer, RewardFn
-from art_agents.autorl.tool_rollout import ToolRolloutConfig, tool_rollout
+from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout
 from art_agents.errors import ArtError
 from art_agents.loop import StepRecord, load_function, train_loop
 from art_agents.model import TrainableModel
@@ -247,14 +248,9 @@ async def run_mcp_rl(
             if step < config.steps:
                 if step:
                     echo(f"continuing at step {step} of {config.steps}")
-
-                async def attempt(model: TrainableModel, scenario: Scenario) -> Any:
-                    async with server.session() as session:
-                        return await tool_rollout(model, scenario, session, config.rollout)
-
                 records = await train_loop(
                     model,
-                    attempt,
+                    functools.partial(server_rollout, server=server, config=config.rollout),
                     train,
                     steps=config.steps - step,
                     groups_per_step=config.groups_per_step,
@@ -306,12 +302,13 @@ async def _evaluation(
             "rerun with --fresh to start over"
         )
     rollout_config = config.rollout.model_copy(update={"temperature": config.eval_temperature})
-
-    async def one(scenario: Scenario) -> Any:
-        async with server.session() as session:
-            return await tool_rollout(model, scenario, session, rollout_config)
-
-    report = await evaluate(val, one, scorer, step=step, pbar_desc=f"eval step {step}")
+    report = await evaluate(
+        val,
+        lambda s: server_rollout(model, s, server, rollout_config),
+        scorer,
+        step=step,
+        pbar_desc=f"eval step {step}",
+    )
     folder.write_json(name, report)
     echo(f"eval at step {step}: {json.dumps({k: round(v, 3) for k, v in _headline(report).items()})}")
     return report

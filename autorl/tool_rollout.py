@@ -20,7 +20,7 @@ from art_agents.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from art_agents.autorl.scenarios import Scenario
-    from art_agents.integrations.mcp import MCPSession
+    from art_agents.integrations.mcp import MCPServer, MCPSession
     from art_agents.model import Model
 
 COMPLETE_TASK = "complete_task"
@@ -131,3 +131,11 @@ async def tool_rollout(
     finally:
         await client.close()
     return trajectory
+
+
+async def server_rollout(
+    model: Model, scenario: Scenario, server: MCPServer, config: ToolRolloutConfig | None = None
+) -> Trajectory:
+    """`tool_rollout` in a session of its own (or the shared one), closed when the rollout ends."""
+    async with server.session() as session:
+        return await tool_rollout(model, scenario, session, config)

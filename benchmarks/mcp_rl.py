@@ -43,7 +43,7 @@ from learning import paired_ci, smollm2_gguf  # noqa: E402
 from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
 from art_agents.autorl.scenarios import Scenario  # noqa: E402
 from art_agents.autorl.scoring import GroupScorer  # noqa: E402
-from art_agents.autorl.tool_rollout import ToolRolloutConfig, tool_rollout  # noqa: E402
+from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout  # noqa: E402
 
 SYSTEM = (
     "You are a careful assistant with a calculator. Never do arithmetic in your head: call the calculate "
@@ -226,14 +226,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await model.register(backend)
             print(f"server up and model loaded in {time.perf_counter() - started:.0f}s", flush=True)
 
-            async def attempt(model: Any, scenario: Scenario, config: ToolRolloutConfig = rollout_config) -> Any:
-                async with server.session() as session:
-                    return await tool_rollout(model, scenario, session, config)
+            attempt = functools.partial(server_rollout, server=server, config=rollout_config)
 
             async def measure(step: int) -> tuple[EvalReport, float]:
                 began = time.perf_counter()
                 report = await evaluate(
-                    val, lambda s: attempt(model, s, eval_config), scorer, step=step, pbar_desc=None
+                    val, lambda s: server_rollout(model, s, server, eval_config), scorer, step=step, pbar_desc=None
                 )
                 return report, time.perf_counter() - began
 
