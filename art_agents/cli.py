@@ -20,7 +20,7 @@ PART_COMMANDS = {
     "art_agents.server.cli": "serve, tiny-model (extra: server)",
     "art_agents.reporting": "report",
     "art_agents.train_command": "train",
-    "art_agents.autorl.cli": "mcp-rl",
+    "art_agents.autorl.cli": "autorl, mcp-rl",
 }
 
 

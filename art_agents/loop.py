@@ -11,7 +11,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import Field
 
@@ -23,6 +23,7 @@ from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 RolloutFn = Callable[[TrainableModel, Any], Awaitable[Trajectory]]
+AfterTrain = Callable[["StepRecord", list[TrajectoryGroup]], Awaitable[None]]
 MAX_IDLE_DRAWS = 5  # draws in a row without a training signal before the loop gives up
 
 
@@ -37,10 +38,30 @@ class StepRecord(Schema):
     metrics: dict[str, float] = Field(default_factory=dict)
 
 
+class ScenarioSource(Protocol):
+    """Where each draw's scenarios come from: a pool that can change between draws (a curriculum)."""
+
+    def pick(self, draw: int, count: int) -> list[Any]: ...
+
+
+class ShuffledCycle:
+    """A fixed list in one seeded shuffle, cycled: draw `d` takes the `d`-th slice of `count`."""
+
+    def __init__(self, scenarios: Sequence[Any], seed: int = 0) -> None:
+        if not scenarios:
+            raise ValueError("train_loop needs at least one scenario")
+        self.scenarios = scenarios
+        self.order = list(range(len(scenarios)))
+        random.Random(seed).shuffle(self.order)
+
+    def pick(self, draw: int, count: int) -> list[Any]:
+        return [self.scenarios[self.order[(draw * count + i) % len(self.order)]] for i in range(count)]
+
+
 async def train_loop(
     model: TrainableModel,
     rollout: RolloutFn,
-    scenarios: Sequence[Any],
+    scenarios: Sequence[Any] | ScenarioSource,
     *,
     steps: int,
     groups_per_step: int = 4,
@@ -49,23 +70,23 @@ async def train_loop(
     after_each: AfterEach | None = None,
     max_exceptions: int | float = 0.1,
     seed: int = 0,
+    after_train: AfterTrain | None = None,
 ) -> list[StepRecord]:
     """Train until the model's step has advanced `steps` times; resumes from the current step.
 
-    Each draw takes `groups_per_step` scenarios (a fixed shuffle per seed, cycled), runs
-    `rollouts_per_group` rollouts of each, and trains on the groups. A draw whose groups all have
-    equal rewards carries no signal and does not advance the step (the record says so); it is
-    followed by a fresh draw, up to `MAX_IDLE_DRAWS` in a row.
+    Each draw takes `groups_per_step` scenarios (from a list: a fixed shuffle per seed, cycled; or
+    from a `ScenarioSource`), runs `rollouts_per_group` rollouts of each, and trains on the groups.
+    A draw whose groups all have equal rewards carries no signal and does not advance the step (the
+    record says so); it is followed by a fresh draw, up to `MAX_IDLE_DRAWS` in a row.
+    `after_train(record, groups)` runs after every train call, before the next draw, and may add
+    to the record's metrics (a curriculum retires inputs there, an evaluation runs there).
     """
-    if not scenarios:
-        raise ValueError("train_loop needs at least one scenario")
-    order = list(range(len(scenarios)))
-    random.Random(seed).shuffle(order)
+    source = ShuffledCycle(scenarios, seed) if isinstance(scenarios, Sequence) else scenarios
     records: list[StepRecord] = []
     step = draw = await model.get_step()
     target, idle = step + steps, 0
     while step < target:
-        picks = [scenarios[order[(draw * groups_per_step + i) % len(order)]] for i in range(groups_per_step)]
+        picks = source.pick(draw, groups_per_step)
         draw += 1
         began = time.perf_counter()
         groups = await gather_trajectory_groups(
@@ -83,18 +104,19 @@ async def train_loop(
             continue
         rewards = [r for g in groups for r in g.rewards()]
         result = await model.train(groups, train_config)
-        records.append(
-            StepRecord(
-                step=result.step,
-                advanced=result.step > step,
-                reward_mean=sum(rewards) / len(rewards) if rewards else 0.0,
-                rollouts=len(rewards),
-                exceptions=sum(len(g.exceptions) for g in groups),
-                rollout_s=rollout_s,
-                train_s=time.perf_counter() - began - rollout_s,
-                metrics=result.metrics,
-            )
+        record = StepRecord(
+            step=result.step,
+            advanced=result.step > step,
+            reward_mean=sum(rewards) / len(rewards) if rewards else 0.0,
+            rollouts=len(rewards),
+            exceptions=sum(len(g.exceptions) for g in groups),
+            rollout_s=rollout_s,
+            train_s=time.perf_counter() - began - rollout_s,
+            metrics=dict(result.metrics),
         )
+        records.append(record)
+        if after_train is not None:
+            await after_train(record, groups)
         idle = 0 if result.step > step else idle + 1
         if idle >= MAX_IDLE_DRAWS:
             raise ArtError(

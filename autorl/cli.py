@@ -1,19 +1,55 @@
-"""`art-agents mcp-rl`: train a model to use an MCP server's tools, from nothing but the server."""
+"""`art-agents autorl` and `art-agents mcp-rl`: train from a task description, or from an MCP server."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+if TYPE_CHECKING:
+    from art_agents.autorl.run_config import RunConfig
+
 Opt = typer.Option
+C = TypeVar("C", bound="RunConfig")
+R = TypeVar("R")
 
 
 def _litellm_params(api_base: str | None, api_key: str | None) -> dict[str, Any]:
     return {"api_base": api_base, "api_key": api_key}
+
+
+def _settings(kind: type[C], path: Path | None, flags: dict[str, Any]) -> C:
+    """The run's settings, or exit 2 naming what is wrong in them."""
+    import tomllib
+
+    from pydantic import ValidationError
+
+    sys.path[:0] = [str(Path.cwd())] + ([str(path.resolve().parent)] if path else [])  # for --reward modules
+    try:
+        return kind.load(path, flags)
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _run(job: Callable[[], Awaitable[R]], out: Path) -> R:
+    """Run `job`: Ctrl-C says how to resume, known errors are one line, not a traceback."""
+    from art_agents.errors import ArtError
+
+    try:
+        return asyncio.run(job())  # type: ignore[arg-type]
+    except KeyboardInterrupt:
+        typer.echo(
+            f"\ninterrupted; every finished step is saved in {out}. Rerun the same command to continue.", err=True
+        )
+        raise typer.Exit(130) from None
+    except (ArtError, ValueError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from exc
 
 
 def mcp_rl(
@@ -47,12 +83,7 @@ def mcp_rl(
 
     Rerun the same command to continue an interrupted run.
     """
-    import tomllib
-
-    from pydantic import ValidationError
-
     from art_agents.autorl.mcp_rl import MCPRLConfig, run_mcp_rl
-    from art_agents.errors import ArtError
 
     headers = dict(h.split("=", 1) for h in header or [] if "=" in h)
     if header and len(headers) != len(header):
@@ -77,27 +108,88 @@ def mcp_rl(
         "train": {"learning_rate": learning_rate},
         "out": out,
     }
-    sys.path[:0] = [str(Path.cwd())] + ([str(config.resolve().parent)] if config else [])  # for --reward modules
-    try:
-        settings = MCPRLConfig.load(config, flags)
-    except (tomllib.TOMLDecodeError, ValidationError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    try:
-        summary = asyncio.run(run_mcp_rl(settings, fresh=fresh, echo=typer.echo))
-    except KeyboardInterrupt:
-        typer.echo(
-            f"\ninterrupted; every finished step is saved in {settings.out}. Rerun the same command to continue.",
-            err=True,
-        )
-        raise typer.Exit(130) from None
-    except (ArtError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+    settings = _settings(MCPRLConfig, config, flags)
+    summary = _run(lambda: run_mcp_rl(settings, fresh=fresh, echo=typer.echo), settings.out)
     typer.echo(summary.table())
     cost = summary.judge_cost_usd + (summary.generation.cost_usd if summary.generation else 0.0)
     typer.echo(f"judge + generator cost: ${cost:.4f}; run folder: {summary.out}")
 
 
+def autorl(
+    config: Annotated[Path | None, Opt(exists=True, help="TOML file with these settings; flags override it.")] = None,
+    task: Annotated[str | None, Opt(help="What the model should learn to do, in plain words.")] = None,
+    task_file: Annotated[Path | None, Opt(exists=True, help="A file holding the task description.")] = None,
+    base_model: Annotated[str | None, Opt(help="Hub id or local folder of the model to train.")] = None,
+    judge_model: Annotated[str | None, Opt(help="LiteLLM model string of the judge, e.g. openai/gpt-4.1-mini.")] = None,
+    judge_api_base: Annotated[str | None, Opt(help="api_base for the judge (local servers).")] = None,
+    judge_api_key: Annotated[str | None, Opt(help="api_key for the judge.")] = None,
+    generator_model: Annotated[str | None, Opt(help="Writes inputs, prompt and rubric; default: the judge.")] = None,
+    generator_api_base: Annotated[str | None, Opt()] = None,
+    generator_api_key: Annotated[str | None, Opt()] = None,
+    steps: Annotated[int | None, Opt(help="Total training steps (default 10).")] = None,
+    group_size: Annotated[int | None, Opt(help="Rollouts per input (default 4).")] = None,
+    groups_per_step: Annotated[int | None, Opt(help="Inputs per step (default 4).")] = None,
+    inputs: Annotated[int | None, Opt(help="Training inputs to generate (default 32).")] = None,
+    eval_inputs: Annotated[int | None, Opt(help="Held-out inputs (default 12).")] = None,
+    eval_every: Annotated[int | None, Opt(help="Evaluate every N steps (default 5).")] = None,
+    retire_after: Annotated[
+        int | None, Opt(help="Draws without signal before an input is retired (default 2).")
+    ] = None,
+    max_tokens: Annotated[int | None, Opt(help="Tokens per answer (default 256).")] = None,
+    learning_rate: Annotated[float | None, Opt(help="Learning rate (default 1e-4).")] = None,
+    out: Annotated[Path | None, Opt(help="Run folder (default autorl-run).")] = None,
+    fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
+    dry_run: Annotated[
+        bool, Opt(help="Only generate (or show) the prompt, rubric and inputs; edit them, then run without it.")
+    ] = False,
+) -> None:
+    """Train a model on a task described in words: invented inputs, a generated rubric, RULER, GRPO.
+
+    Rerun the same command to continue an interrupted run.
+    """
+    from art_agents.autorl.from_description import AutoRLConfig, prepare_run, run_autorl
+
+    if task is not None and task_file is not None:
+        raise typer.BadParameter("give --task or --task-file, not both")
+    flags: dict[str, Any] = {
+        "task": task_file.read_text(encoding="utf-8") if task_file else task,
+        "base_model": base_model,
+        "judge_model": judge_model,
+        "judge_params": _litellm_params(judge_api_base, judge_api_key),
+        "generator_model": generator_model,
+        "generator_params": _litellm_params(generator_api_base, generator_api_key),
+        "steps": steps,
+        "group_size": group_size,
+        "groups_per_step": groups_per_step,
+        "inputs": inputs,
+        "eval_inputs": eval_inputs,
+        "eval_every": eval_every,
+        "retire_after": retire_after,
+        "rollout": {"max_tokens": max_tokens},
+        "train": {"learning_rate": learning_rate},
+        "out": out,
+    }
+    settings = _settings(AutoRLConfig, config, flags)
+    if dry_run:
+
+        async def generate() -> None:
+            folder, data = await prepare_run(settings, fresh=fresh, echo=typer.echo)
+            typer.echo(f"\nsystem prompt ({folder.file('system_prompt.md')}):\n{data.setup.system_prompt}")
+            typer.echo(f"\nrubric ({folder.file('rubric.md')}):\n{data.setup.rubric}")
+            typer.echo(f"\n{len(data.pool)} training inputs, e.g.:")
+            for item in data.pool[:5]:
+                typer.echo(f"  [difficulty {item.difficulty}] {item.input[:200]}")
+            cost = data.generation.cost_usd if data.generation else 0.0
+            typer.echo(f"\n{len(data.eval_inputs)} held-out inputs. Generator cost so far: ${cost:.4f}.")
+            typer.echo("Edit the files above if you like, then run the same command without --dry-run.")
+
+        _run(generate, settings.out)
+        return
+    summary = _run(lambda: run_autorl(settings, fresh=fresh, echo=typer.echo), settings.out)
+    typer.echo(summary.table())
+    typer.echo(f"run folder: {summary.out}")
+
+
 def register(app: typer.Typer) -> None:
+    app.command("autorl")(autorl)
     app.command("mcp-rl")(mcp_rl)

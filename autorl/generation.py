@@ -35,11 +35,48 @@ DEFAULT_SIMILARITY = 0.85
 class GenerationError(ArtError):
     """The generator could not produce the requested items; the message names why and the fix."""
 
+    @classmethod
+    def of(cls, exc: CannotCall | NoValidAnswer) -> GenerationError:
+        """The error for a generator request that failed, with the fix for its kind of failure."""
+        if isinstance(exc, CannotCall):
+            return cls(
+                f"generator {exc}. Check --generator-model (any LiteLLM model string, e.g. 'openai/gpt-4.1-mini'), "
+                "its api_base and api_key"
+            )
+        fix = (
+            "Check that the generator is running and its api_base, or give it more time (a `timeout` parameter)"
+            if exc.unreachable
+            else "Use a stronger generator model or raise max_attempts"
+        )
+        return cls(f"generator {exc}\n{fix}; nothing was saved")
+
 
 class Generated(CallTotals, BaseModel, Generic[Item]):
     items: list[Item]
     calls: list[LLMCall] = Field(default_factory=list)
     duplicates_dropped: int = 0
+
+
+class Generation(BaseModel):
+    """What generating a run's data has cost so far (saved beside the data, added to as more is written)."""
+
+    generator_model: str
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    duplicates_dropped: int = 0
+
+    def plus(self, calls: Sequence[LLMCall], duplicates_dropped: int = 0) -> Generation:
+        return self.model_copy(
+            update={
+                "calls": self.calls + len(calls),
+                "prompt_tokens": self.prompt_tokens + sum(c.prompt_tokens for c in calls),
+                "completion_tokens": self.completion_tokens + sum(c.completion_tokens for c in calls),
+                "cost_usd": self.cost_usd + sum(c.cost_usd for c in calls),
+                "duplicates_dropped": self.duplicates_dropped + duplicates_dropped,
+            }
+        )
 
 
 def words(text: str) -> list[str]:
@@ -135,15 +172,8 @@ async def generate_items(
                 response_format=response_format(item_type, field),
                 litellm_params=litellm_params,
             )
-        except CannotCall as exc:
-            raise GenerationError(
-                f"generator {exc}. Check --generator-model (any LiteLLM model string, e.g. 'openai/gpt-4.1-mini'), "
-                "its api_base and api_key"
-            ) from exc
-        except NoValidAnswer as exc:
-            raise GenerationError(
-                f"generator {exc}\nUse a stronger generator model or raise max_attempts; nothing was saved"
-            ) from exc
+        except (CannotCall, NoValidAnswer) as exc:
+            raise GenerationError.of(exc) from exc
         calls += answer.calls
         for item in answer.value:
             text = text_of(item)

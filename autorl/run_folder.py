@@ -74,6 +74,14 @@ class RunFolder:
     def write_jsonl(self, name: str, rows: list[BaseModel]) -> Path:
         return write_text_atomic(self.file(name), "".join(row.model_dump_json() + "\n" for row in rows))
 
+    def append_jsonl(self, name: str, row: BaseModel) -> None:
+        """One more line at the end: a log that grows by a row per step is never rewritten."""
+        with self.file(name).open("a", encoding="utf-8") as handle:
+            handle.write(row.model_dump_json() + "\n")
+
+    def write_text(self, name: str, text: str) -> Path:
+        return write_text_atomic(self.file(name), text)
+
     def read_json(self, name: str, model: type[M]) -> M | None:
         path = self.file(name)
         if not path.is_file():

@@ -10,6 +10,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from art_agents.ruler.llm import CallTotals
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 TOOL_USE_RUBRIC = """The agent was given a task and the tools of an MCP server.
@@ -43,6 +44,12 @@ class GroupScorer:
         self.cost_usd = 0.0
         self.prompt_tokens = 0
         self.completion_tokens = 0
+
+    def account(self, spent: CallTotals) -> None:
+        """Add judge calls made outside group scoring (pairwise comparisons) to the totals."""
+        self.cost_usd += spent.cost_usd
+        self.prompt_tokens += spent.prompt_tokens
+        self.completion_tokens += spent.completion_tokens
 
     def scenario_of(self, trajectory: Trajectory) -> Any:
         return self.scenarios[trajectory.metadata["scenario_id"]]

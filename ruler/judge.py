@@ -22,6 +22,22 @@ from art_agents.ruler.llm import CannotCall, InvalidAnswer, LLMCall, NoValidAnsw
 class RulerError(ArtError):
     """The judge gave no usable answer within the allowed attempts, or cannot be called at all."""
 
+    @classmethod
+    def of(cls, exc: CannotCall | NoValidAnswer) -> RulerError:
+        """The error for a judge request that failed, with the fix for its kind of failure."""
+        if isinstance(exc, CannotCall):
+            return cls(
+                f"judge {exc}. Check the model string, api_base and api_key (any LiteLLM model string works, e.g. "
+                "'openai/gpt-4o-mini' or 'hosted_vllm/<name>' with api_base); pass response_format=None if it "
+                "rejects JSON schemas"
+            )
+        fix = (
+            "Check that the judge is running and its api_base, or give it more time (a `timeout` judge parameter)"
+            if exc.unreachable
+            else "Use a stronger judge, raise max_attempts, or pass swallow_exceptions=True to drop such groups"
+        )
+        return cls(f"judge {exc}\n{fix}")
+
 
 class InvalidJudgement(InvalidAnswer):
     """A judge answer that cannot be used; the message is shown back to the judge as is."""
@@ -137,16 +153,8 @@ async def judge(
             response_format=response_format,
             litellm_params=litellm_params,
         )
-    except CannotCall as exc:
-        raise RulerError(
-            f"judge {exc}. Check the model string, api_base and api_key (any LiteLLM model string works, e.g. "
-            "'openai/gpt-4o-mini' or 'hosted_vllm/<name>' with api_base); pass response_format=None if it "
-            "rejects JSON schemas"
-        ) from exc
-    except NoValidAnswer as exc:
-        raise RulerError(
-            f"judge {exc}\nUse a stronger judge, raise max_attempts, or pass swallow_exceptions=True to drop such groups"
-        ) from exc
+    except (CannotCall, NoValidAnswer) as exc:
+        raise RulerError.of(exc) from exc
     calls = [JudgeCall(**call.model_dump()) for call in answer.calls]
     if cache is not None:
         last = calls[-1]

@@ -33,6 +33,7 @@ class LLMCall(BaseModel):
     cost_known: bool = True
     latency_s: float = 0.0
     problem: str | None = None
+    reached: bool = True  # False: the request itself failed (timeout, connection refused, overloaded)
 
 
 class CallTotals:
@@ -79,8 +80,18 @@ class NoValidAnswer(ArtError):
 
     def __init__(self, model: str, calls: list[LLMCall]) -> None:
         history = "\n".join(f"  attempt {c.attempt}: {c.problem}" for c in calls)
-        super().__init__(f"{model!r} gave no usable answer in {len(calls)} attempts:\n{history}")
+        what = "could not be reached" if self.unreachable_in(calls) else "gave no usable answer"
+        super().__init__(f"{model!r} {what} in {len(calls)} attempts:\n{history}")
         self.calls = calls
+
+    @property
+    def unreachable(self) -> bool:
+        """Every attempt failed before an answer came back: the endpoint is down, slow or overloaded."""
+        return self.unreachable_in(self.calls)
+
+    @staticmethod
+    def unreachable_in(calls: Sequence[LLMCall]) -> bool:
+        return bool(calls) and not any(c.reached for c in calls)
 
 
 def load_json(text: str) -> Any:
@@ -173,7 +184,10 @@ async def ask_until_valid(
         except retryable as exc:
             calls.append(
                 LLMCall(
-                    attempt=attempt, latency_s=time.perf_counter() - started, problem=f"{type(exc).__name__}: {exc}"
+                    attempt=attempt,
+                    latency_s=time.perf_counter() - started,
+                    problem=f"{type(exc).__name__}: {exc}",
+                    reached=False,
                 )
             )
             continue

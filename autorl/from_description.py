@@ -1,0 +1,353 @@
+"""AutoRL: from a task in words to a trained model, with no data.
+
+`run_autorl(config)` is the whole pipeline behind `art-agents autorl`: generate the task's system
+prompt, rubric, training inputs and held-out eval inputs (or reuse the saved ones), evaluate the
+base model, then train with RULER rewards by the rubric while a curriculum retires inputs that
+teach nothing and generates new ones, evaluating every `eval_every` steps: the judge's score and a
+side-by-side win rate against the base model's answers. Everything lives in the run folder, so
+rerunning the same command resumes at the last saved step without generating anything again.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from art_agents.autorl.curriculum import Curriculum, PoolInput
+from art_agents.autorl.evaluation import EvalReport, compare_with_base, evaluate, saved_evaluation
+from art_agents.autorl.generation import Generation, GenerationError
+from art_agents.autorl.run_config import RunConfig, registered_model
+from art_agents.autorl.run_folder import RunFolder
+from art_agents.autorl.scoring import GroupScorer
+from art_agents.autorl.task_data import TaskInput, TaskSetup, generate_inputs, generate_setup, number_inputs
+from art_agents.autorl.text_rollout import TextRolloutConfig, text_rollout
+from art_agents.loop import StepRecord, train_loop
+from art_agents.model import TrainableModel
+from art_agents.ruler.llm import LLMCall
+from art_agents.schema import Schema
+from art_agents.trajectory import TrajectoryGroup
+
+Echo = Callable[[str], None]
+SYSTEM_PROMPT_FILE, RUBRIC_FILE = "system_prompt.md", "rubric.md"
+INPUTS_FILE, EVAL_FILE = "inputs.jsonl", "eval.jsonl"
+
+
+class AutoRLConfig(RunConfig):
+    """An AutoRL run; the TOML form of `art-agents autorl` uses these names."""
+
+    task: str = Field(description="What the model should learn to do, in plain words.")
+    name: str = "autorl-agent"
+    project: str = "autorl"
+    inputs: int = Field(32, ge=1, description="Training inputs in the pool (kept full by the curriculum).")
+    eval_inputs: int = Field(12, ge=1, description="Held-out inputs, never trained on.")
+    eval_every: int = Field(5, ge=1, description="Evaluate every this many steps (and after the last).")
+    retire_after: int = Field(2, ge=1, description="Draws without a reward spread before an input is retired.")
+    rollout: TextRolloutConfig = Field(default_factory=TextRolloutConfig)
+    system_prompt: str | None = Field(None, description="Use this instead of a generated system prompt.")
+    rubric: str | None = Field(None, description="Use this instead of a generated rubric.")
+    out: Path = Field(Path("autorl-run"), description="Run folder: task, inputs, rubric, evaluations, checkpoints.")
+
+    @field_validator("task")
+    @classmethod
+    def _described(cls, task: str) -> str:
+        if len(task.split()) < 3:
+            raise ValueError(
+                "the task description is empty or too short to generate from: describe the task in a sentence "
+                "or more (--task 'Summarise support emails in two sentences...' or --task-file task.md)"
+            )
+        return task.strip()
+
+
+class TaskData(Schema):
+    """A run's generated data, as saved in its folder."""
+
+    setup: TaskSetup
+    pool: list[PoolInput]
+    eval_inputs: list[TaskInput]
+    generation: Generation | None = None
+
+
+class StepRow(Schema):
+    """One line of `steps.jsonl`: a train call and what the curriculum and the judges did after it."""
+
+    step: int
+    advanced: bool
+    reward_mean: float
+    rollouts: int
+    retired: int
+    added: int
+    pool: int
+    judge_prompt_tokens: int
+    judge_completion_tokens: int
+    judge_cost_usd: float
+    generator_prompt_tokens: int
+    generator_completion_tokens: int
+    generator_cost_usd: float
+    eval_score: float | None = None
+    win_rate: float | None = None
+
+
+class AutoRLSummary(Schema):
+    out: Path
+    step: int
+    before: EvalReport
+    after: EvalReport
+    steps: list[StepRow] = Field(default_factory=list, description="Train calls of this invocation.")
+    judge_cost_usd: float = Field(0.0, description="Judge cost of this invocation (training and evaluation).")
+    generation: Generation | None = None
+
+    def table(self) -> str:
+        versus = self.after.versus_base
+        lines = [
+            f"{'held out (' + str(self.before.scenarios) + ' inputs)':<28}{'base':>10}{'step ' + str(self.step):>10}",
+            f"{'judge score':<28}{self.before.score:>10.3f}{self.after.score:>10.3f}",
+            f"{'answers not cut off':<28}{self.before.completion_rate:>10.3f}{self.after.completion_rate:>10.3f}",
+        ]
+        if versus is not None:
+            lines.append(
+                f"{'win rate vs base':<28}{'':>10}{versus.win_rate:>10.3f}"
+                f"   ({versus.wins} wins, {versus.losses} losses, {versus.ties} ties)"
+            )
+        generator = self.generation.cost_usd if self.generation else 0.0
+        lines.append(f"{'cost: judge / generator':<28}{'$' + format(self.judge_cost_usd, '.4f'):>10}"
+                     f"{'$' + format(generator, '.4f'):>10}")  # fmt: skip
+        return "\n".join(lines)
+
+
+def _task(config: AutoRLConfig) -> dict[str, Any]:
+    """What identifies the run: a rerun with other values here is another run."""
+    return {
+        "kind": "autorl",
+        "task": config.task,
+        "base_model": config.base_model,
+        "name": config.name,
+        "project": config.project,
+    }
+
+
+def _read_text(folder: RunFolder, name: str) -> str | None:
+    path = folder.file(name)
+    return path.read_text(encoding="utf-8").strip() if path.is_file() else None
+
+
+class _Ledger:
+    """The generator's running cost, saved to `generation.json` after every request batch."""
+
+    def __init__(self, folder: RunFolder, config: AutoRLConfig) -> None:
+        self.folder, self.config = folder, config
+        saved = folder.read_json("generation.json", Generation)
+        self.total = saved or Generation(generator_model=config.generator_model or config.judge_model or "")
+
+    def generator(self) -> tuple[str, dict[str, Any]]:
+        return self.config.generation_params()
+
+    def add(self, calls: Sequence[LLMCall], duplicates_dropped: int = 0) -> None:
+        self.total = self.total.plus(calls, duplicates_dropped)
+        self.folder.write_json("generation.json", self.total)
+
+
+async def prepare_task(config: AutoRLConfig, folder: RunFolder, echo: Echo = print) -> TaskData:
+    """The saved task data, generating only what is missing; each file is written once it is complete.
+
+    The system prompt and rubric are markdown files: edit them after `--dry-run` and the run uses them.
+    """
+    ledger = _Ledger(folder, config)
+    system_prompt = config.system_prompt or _read_text(folder, SYSTEM_PROMPT_FILE)
+    rubric = config.rubric or _read_text(folder, RUBRIC_FILE)
+    if system_prompt is None or rubric is None:
+        generator, params = ledger.generator()
+        echo(f"writing the system prompt and rubric with {generator}")
+        answer = await generate_setup(generator, config.task, litellm_params=params)
+        ledger.add(answer.calls)
+        system_prompt = system_prompt or answer.value.system_prompt
+        rubric = rubric or answer.value.rubric
+    folder.write_text(RUBRIC_FILE, rubric + "\n")
+    folder.write_text(SYSTEM_PROMPT_FILE, system_prompt + "\n")
+
+    eval_inputs = folder.read_jsonl(EVAL_FILE, TaskInput)
+    if eval_inputs is None:
+        generator, params = ledger.generator()
+        echo(f"generating {config.eval_inputs} held-out inputs with {generator}")
+        drafts = await generate_inputs(generator, config.task, config.eval_inputs, litellm_params=params)
+        ledger.add(drafts.calls, drafts.duplicates_dropped)
+        eval_inputs = number_inputs(drafts.items, "e", 0)
+        folder.write_jsonl(EVAL_FILE, eval_inputs)
+    else:
+        echo(f"reusing {len(eval_inputs)} held-out inputs from {folder.file(EVAL_FILE)}")
+
+    pool = folder.read_jsonl(INPUTS_FILE, PoolInput)
+    if pool is None:
+        generator, params = ledger.generator()
+        echo(f"generating {config.inputs} training inputs with {generator}")
+        held_out = [i.input for i in eval_inputs]
+        drafts = await generate_inputs(generator, config.task, config.inputs, existing=held_out, litellm_params=params)
+        ledger.add(drafts.calls, drafts.duplicates_dropped)
+        pool = [PoolInput(**item.model_dump()) for item in number_inputs(drafts.items, "i", 0)]
+        folder.write_jsonl(INPUTS_FILE, pool)
+    else:
+        echo(f"reusing {len(pool)} training inputs from {folder.file(INPUTS_FILE)}")
+    return TaskData(
+        setup=TaskSetup(system_prompt=system_prompt, rubric=rubric),
+        pool=pool,
+        eval_inputs=eval_inputs,
+        generation=ledger.total,
+    )
+
+
+async def prepare_run(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = print) -> tuple[RunFolder, TaskData]:
+    """The run folder claimed for this task, and its data (saved, or generated now)."""
+    folder = RunFolder(config.out)
+    if folder.claim(_task(config), fresh=fresh):
+        echo(f"resuming the run in {folder.path}")
+    return folder, await prepare_task(config, folder, echo)
+
+
+async def run_autorl(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = print) -> AutoRLSummary:
+    """The whole AutoRL pipeline; resumes from the run folder when it holds this run."""
+    if config.judge_model is None:
+        raise ValueError("AutoRL scores attempts with a judge: give --judge-model (any LiteLLM model string)")
+    folder, data = await prepare_run(config, fresh=fresh, echo=echo)
+    run = _Run(config, folder, data, echo)
+    async with registered_model(config, folder) as model:
+        step = await model.get_step()
+        before = await run.evaluation(model, 0, step)
+        if step and (step % config.eval_every == 0 or step >= config.steps):
+            await run.evaluation(model, step, step)  # an evaluation the previous invocation did not finish
+        if step < config.steps:
+            if step:
+                echo(f"continuing at step {step} of {config.steps}")
+            await train_loop(
+                model,
+                functools.partial(text_rollout, system_prompt=data.setup.system_prompt, config=config.rollout),
+                run.curriculum,
+                steps=config.steps - step,
+                groups_per_step=config.groups_per_step,
+                rollouts_per_group=config.group_size,
+                train_config=config.train,
+                after_each=run.scorer,
+                max_exceptions=config.max_exceptions,
+                seed=config.seed,
+                after_train=functools.partial(run.after_train, model),
+            )
+        step = await model.get_step()
+        after = await run.evaluation(model, step, step)
+    summary = AutoRLSummary(
+        out=folder.path,
+        step=step,
+        before=before,
+        after=after,
+        steps=run.rows,
+        judge_cost_usd=run.scorer.cost_usd,
+        generation=folder.read_json("generation.json", Generation),
+    )
+    folder.write_json("summary.json", summary)
+    return summary
+
+
+class _Run:
+    """The state one invocation carries between train calls: curriculum updates, evaluations, step rows."""
+
+    def __init__(self, config: AutoRLConfig, folder: RunFolder, data: TaskData, echo: Echo) -> None:
+        self.config, self.folder, self.data, self.echo = config, folder, data, echo
+        self.ledger = _Ledger(folder, config)
+        self.curriculum = Curriculum(data.pool, retire_after=config.retire_after, seed=config.seed)
+        self.scenarios: dict[str, TaskInput] = {**self.curriculum.by_id(), **{i.id: i for i in data.eval_inputs}}
+        self.scorer = GroupScorer(
+            self.scenarios, judge_model=config.judge_model, rubric=data.setup.rubric, judge_params=config.judge_params
+        )
+        self.rows: list[StepRow] = []
+
+    async def evaluation(self, model: TrainableModel, step: int, current: int) -> EvalReport:
+        config, setup = self.config, self.data.setup
+        rollout_config = config.rollout.model_copy(update={"temperature": config.eval_temperature})
+
+        async def compute() -> EvalReport:
+            report = await evaluate(
+                self.data.eval_inputs,
+                lambda item: text_rollout(model, item, setup.system_prompt, rollout_config),
+                self.scorer,
+                step=step,
+                pbar_desc=f"eval step {step}",
+            )
+            if step > 0:
+                base = self.folder.read_json("eval/step_0000.json", EvalReport)
+                if base is not None:
+                    report = await compare_with_base(
+                        report,
+                        base,
+                        {i.id: i.input for i in self.data.eval_inputs},
+                        self.scorer,
+                        instructions=setup.system_prompt,
+                        seed=config.seed,
+                    )
+            versus = f", win rate vs base {report.versus_base.win_rate:.3f}" if report.versus_base else ""
+            self.echo(f"eval at step {step}: judge score {report.score:.3f}{versus}")
+            return report
+
+        return await saved_evaluation(self.folder, step, current, compute)
+
+    async def after_train(self, model: TrainableModel, record: StepRecord, groups: list[TrajectoryGroup]) -> None:
+        """Retire inputs that taught nothing, generate their replacements, evaluate when due, log the step."""
+        judge_before = (self.scorer.prompt_tokens, self.scorer.completion_tokens, self.scorer.cost_usd)
+        generator_before = self.ledger.total
+        self.curriculum.observe(groups)
+        retired, added = await self._refresh(record.step)
+        self.folder.write_jsonl(INPUTS_FILE, self.curriculum.pool)
+        report = None
+        if record.advanced and (record.step % self.config.eval_every == 0 or record.step >= self.config.steps):
+            report = await self.evaluation(model, record.step, record.step)
+        generator = self.ledger.total
+        row = StepRow(
+            step=record.step,
+            advanced=record.advanced,
+            reward_mean=record.reward_mean,
+            rollouts=record.rollouts,
+            retired=retired,
+            added=added,
+            pool=len(self.curriculum.active),
+            judge_prompt_tokens=self.scorer.prompt_tokens - judge_before[0],
+            judge_completion_tokens=self.scorer.completion_tokens - judge_before[1],
+            judge_cost_usd=self.scorer.cost_usd - judge_before[2],
+            generator_prompt_tokens=generator.prompt_tokens - generator_before.prompt_tokens,
+            generator_completion_tokens=generator.completion_tokens - generator_before.completion_tokens,
+            generator_cost_usd=generator.cost_usd - generator_before.cost_usd,
+            eval_score=report.score if report else None,
+            win_rate=report.versus_base.win_rate if report and report.versus_base else None,
+        )
+        self.rows.append(row)
+        self.folder.append_jsonl("steps.jsonl", row)
+        state = f"step {row.step}" if row.advanced else f"step {row.step} (no reward spread: nothing trained)"
+        self.echo(
+            f"{state}: reward {row.reward_mean:.3f} over {row.rollouts} rollouts; "
+            f"inputs retired {row.retired}, added {row.added}, pool {row.pool}"
+        )
+
+    async def _refresh(self, step: int) -> tuple[int, int]:
+        """Replace the inputs due for retirement with new ones; on a generator failure keep them and go on."""
+        due = self.curriculum.due()
+        if not due:
+            return 0, 0
+        generator, params = self.ledger.generator()
+        existing = [e.input for e in self.curriculum.pool] + [i.input for i in self.data.eval_inputs]
+        try:
+            drafts = await generate_inputs(
+                generator,
+                self.config.task,
+                len(due),
+                existing=existing,
+                focus=self.curriculum.focus(),
+                litellm_params=params,
+            )
+        except GenerationError as exc:
+            self.echo(f"warning: kept {len(due)} inputs without signal, no replacements could be generated: {exc}")
+            return 0, 0
+        self.ledger.add(drafts.calls, drafts.duplicates_dropped)
+        self.curriculum.retire(due, step)
+        fresh = [PoolInput(**i.model_dump()) for i in number_inputs(drafts.items, "i", len(self.curriculum.pool), step)]
+        self.curriculum.add(fresh)
+        self.scenarios.update({item.id: item for item in fresh})
+        return len(due), len(fresh)

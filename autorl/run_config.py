@@ -1,0 +1,87 @@
+"""Settings shared by the AutoRL and MCP•RL runs, and their TOML form with command-line flags over it."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Self
+
+from pydantic import Field
+
+from art_agents.autorl.run_folder import RunFolder
+from art_agents.errors import ArtError
+from art_agents.model import TrainableModel
+from art_agents.schema import Schema
+from art_agents.train_config import ModelConfig, TrainConfig
+
+
+class RunConfig(Schema):
+    """What every zero-data run needs: the model, the judge, the generator, the loop, the run folder."""
+
+    base_model: str = Field(description="Hub id or local folder of the model to train.")
+    name: str = "agent"
+    project: str = "autorl"
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=lambda: TrainConfig(learning_rate=1e-4))
+    judge_model: str | None = Field(None, description="LiteLLM model string of the RULER judge.")
+    judge_params: dict[str, Any] = Field(default_factory=dict, description="Extra LiteLLM keywords (api_base...).")
+    generator_model: str | None = Field(None, description="Writes the training data; defaults to the judge model.")
+    generator_params: dict[str, Any] = Field(default_factory=dict)
+    steps: int = Field(10, ge=1, description="Total training steps of the run (a rerun continues to this).")
+    groups_per_step: int = Field(4, ge=1)
+    group_size: int = Field(4, ge=2, description="Rollouts per input in a group.")
+    eval_temperature: float = Field(0.0, ge=0, description="Sampling temperature of evaluation (0 = greedy).")
+    max_exceptions: float = Field(0.1, ge=0, description="Failed rollouts tolerated per step (count or fraction).")
+    seed: int = 0
+    out: Path = Field(Path("autorl-run"), description="Run folder: generated data, evaluations, checkpoints.")
+    base_url: str | None = Field(None, description="A running art-agents server; default: start a local one.")
+    api_key: str | None = None
+
+    @classmethod
+    def load(cls, path: Path | None, flags: dict[str, Any]) -> Self:
+        """Settings from a TOML file (optional) with command-line `flags` over it (None = not given).
+
+        A relative `out` in the file is relative to the file's folder.
+        """
+        data = tomllib.loads(path.read_text(encoding="utf-8")) if path else {}
+        config = cls.model_validate(merge_settings(data, flags))
+        if path and "out" in data and flags.get("out") is None and not Path(data["out"]).is_absolute():
+            config = config.model_copy(update={"out": path.resolve().parent / data["out"]})
+        return config
+
+    def generation_params(self) -> tuple[str, dict[str, Any]]:
+        """The generator's model string and LiteLLM keywords (the judge's when no generator is given)."""
+        if self.generator_model is not None:
+            return self.generator_model, self.generator_params
+        if self.judge_model is None:
+            raise ArtError("data must be generated: give --generator-model (or --judge-model, which it defaults to)")
+        return self.judge_model, self.generator_params or self.judge_params
+
+
+@asynccontextmanager
+async def registered_model(config: RunConfig, folder: RunFolder) -> AsyncIterator[TrainableModel]:
+    """The run's model, registered on `config.base_url` or on a local server keeping its files in `folder`."""
+    from art_agents.backend import LocalBackend, RemoteBackend
+
+    backend = RemoteBackend(config.base_url, config.api_key) if config.base_url else LocalBackend(folder.art_path)
+    model = TrainableModel(name=config.name, project=config.project, base_model=config.base_model, config=config.model)
+    try:
+        await model.register(backend)
+        yield model
+    finally:
+        await backend.close()
+
+
+def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """`extra` over `base`, nested tables merged; None values and empty tables leave `base` alone."""
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict):
+            nested = merge_settings(merged.get(key) or {}, value)
+            if nested:
+                merged[key] = nested
+        elif value is not None:
+            merged[key] = value
+    return merged
