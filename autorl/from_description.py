@@ -33,7 +33,7 @@ from art_agents.trajectory import TrajectoryGroup
 
 Echo = Callable[[str], None]
 SYSTEM_PROMPT_FILE, RUBRIC_FILE = "system_prompt.md", "rubric.md"
-INPUTS_FILE, EVAL_FILE = "inputs.jsonl", "eval.jsonl"
+INPUTS_FILE, EVAL_FILE, STEPS_FILE = "inputs.jsonl", "eval.jsonl", "steps.jsonl"
 
 
 class AutoRLConfig(RunConfig):
@@ -87,8 +87,6 @@ class StepRow(Schema):
     generator_prompt_tokens: int
     generator_completion_tokens: int
     generator_cost_usd: float
-    eval_score: float | None = None
-    win_rate: float | None = None
 
 
 class AutoRLSummary(Schema):
@@ -260,6 +258,7 @@ class _Run:
             self.scenarios, judge_model=config.judge_model, rubric=data.setup.rubric, judge_params=config.judge_params
         )
         self.rows: list[StepRow] = []
+        self.judge_mark = self._mark()
 
     async def evaluation(self, model: TrainableModel, step: int, current: int) -> EvalReport:
         config, setup = self.config, self.data.setup
@@ -288,18 +287,25 @@ class _Run:
             self.echo(f"eval at step {step}: judge score {report.score:.3f}{versus}")
             return report
 
-        return await saved_evaluation(self.folder, step, current, compute)
+        report = await saved_evaluation(self.folder, step, current, compute)
+        self.judge_mark = self._mark()  # evaluations report their own judge cost, not the next step's row
+        return report
+
+    def _mark(self) -> tuple[int, int, float]:
+        return self.scorer.prompt_tokens, self.scorer.completion_tokens, self.scorer.cost_usd
 
     async def after_train(self, model: TrainableModel, record: StepRecord, groups: list[TrajectoryGroup]) -> None:
-        """Retire inputs that taught nothing, generate their replacements, evaluate when due, log the step."""
-        judge_before = (self.scorer.prompt_tokens, self.scorer.completion_tokens, self.scorer.cost_usd)
+        """Retire inputs that taught nothing, generate their replacements, log the step, evaluate when due.
+
+        The row is written before the evaluation, so a run killed while evaluating keeps it; its judge
+        figures are this draw's training groups (evaluations report their own cost).
+        """
+        judge = [now - before for now, before in zip(self._mark(), self.judge_mark, strict=True)]
+        self.judge_mark = self._mark()
         generator_before = self.ledger.total
         self.curriculum.observe(groups)
         retired, added = await self._refresh(record.step)
         self.folder.write_jsonl(INPUTS_FILE, self.curriculum.pool)
-        report = None
-        if record.advanced and (record.step % self.config.eval_every == 0 or record.step >= self.config.steps):
-            report = await self.evaluation(model, record.step, record.step)
         generator = self.ledger.total
         row = StepRow(
             step=record.step,
@@ -309,22 +315,22 @@ class _Run:
             retired=retired,
             added=added,
             pool=len(self.curriculum.active),
-            judge_prompt_tokens=self.scorer.prompt_tokens - judge_before[0],
-            judge_completion_tokens=self.scorer.completion_tokens - judge_before[1],
-            judge_cost_usd=self.scorer.cost_usd - judge_before[2],
+            judge_prompt_tokens=int(judge[0]),
+            judge_completion_tokens=int(judge[1]),
+            judge_cost_usd=judge[2],
             generator_prompt_tokens=generator.prompt_tokens - generator_before.prompt_tokens,
             generator_completion_tokens=generator.completion_tokens - generator_before.completion_tokens,
             generator_cost_usd=generator.cost_usd - generator_before.cost_usd,
-            eval_score=report.score if report else None,
-            win_rate=report.versus_base.win_rate if report and report.versus_base else None,
         )
         self.rows.append(row)
-        self.folder.append_jsonl("steps.jsonl", row)
+        self.folder.append_jsonl(STEPS_FILE, row)
         state = f"step {row.step}" if row.advanced else f"step {row.step} (no reward spread: nothing trained)"
         self.echo(
             f"{state}: reward {row.reward_mean:.3f} over {row.rollouts} rollouts; "
             f"inputs retired {row.retired}, added {row.added}, pool {row.pool}"
         )
+        if record.advanced and (record.step % self.config.eval_every == 0 or record.step >= self.config.steps):
+            await self.evaluation(model, record.step, record.step)
 
     async def _refresh(self, step: int) -> tuple[int, int]:
         """Replace the inputs due for retirement with new ones; on a generator failure keep them and go on."""

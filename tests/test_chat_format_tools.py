@@ -50,7 +50,10 @@ def test_a_content_only_template_gets_tools_calls_in_hermes_text(tokenizer: Any)
     text = prompt_text(smol)
     assert text.startswith("<|im_start|>system\nUse the calculator.\n\nYou can call these tools:\n<tools>\n")
     assert '{"name": "calculate", "parameters": {"type": "object"}}' in text
-    assert '<|im_start|>assistant\n<tool_call>{"name": "calculate", "arguments": {"expression": "2*3"}}</tool_call>' in text
+    assert (
+        '<|im_start|>assistant\n<tool_call>{"name": "calculate", "arguments": {"expression": "2*3"}}</tool_call>'
+        in text
+    )
     assert "<|im_start|>tool\n6<|im_end|>" in text  # this template renders tool messages itself
     # what the model is shown is exactly what the server parses back
     parsed = parse_assistant(smol, hermes_call(CALL))
