@@ -11,27 +11,35 @@ rerunning the same command resumes at the last saved step without generating any
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import Field, field_validator
 
 from art_agents.autorl.curriculum import Curriculum, PoolInput
 from art_agents.autorl.evaluation import EvalReport, compare_with_base, evaluate, saved_evaluation
-from art_agents.autorl.generation import Generation, GenerationError
+from art_agents.autorl.generation import Generated, Generation, GenerationError
 from art_agents.autorl.run_config import RunConfig, registered_model
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.autorl.scoring import GroupScorer
-from art_agents.autorl.task_data import TaskInput, TaskSetup, generate_inputs, generate_setup, number_inputs
+from art_agents.autorl.task_data import (
+    InputDraft,
+    TaskInput,
+    TaskSetup,
+    generate_inputs,
+    generate_setup,
+    number_inputs,
+)
 from art_agents.autorl.text_rollout import TextRolloutConfig, text_rollout
 from art_agents.loop import StepRecord, train_loop
 from art_agents.model import TrainableModel
-from art_agents.ruler.llm import LLMCall
+from art_agents.ruler.llm import Answer, LLMCall
 from art_agents.schema import Schema
 from art_agents.trajectory import TrajectoryGroup
 
 Echo = Callable[[str], None]
+Spent = TypeVar("Spent", bound=Answer[TaskSetup] | Generated[InputDraft])
 SYSTEM_PROMPT_FILE, RUBRIC_FILE = "system_prompt.md", "rubric.md"
 INPUTS_FILE, EVAL_FILE, STEPS_FILE = "inputs.jsonl", "eval.jsonl", "steps.jsonl"
 
@@ -143,7 +151,17 @@ class _Ledger:
     def generator(self) -> tuple[str, dict[str, Any]]:
         return self.config.generation_params()
 
-    def add(self, calls: Sequence[LLMCall], duplicates_dropped: int = 0) -> None:
+    async def record(self, job: Awaitable[Spent]) -> Spent:
+        """`job`'s result, its requests added to the total (also those of a generation that failed)."""
+        try:
+            result = await job
+        except GenerationError as exc:
+            self._add(exc.calls)
+            raise
+        self._add(result.calls, getattr(result, "duplicates_dropped", 0))
+        return result
+
+    def _add(self, calls: Sequence[LLMCall], duplicates_dropped: int = 0) -> None:
         self.total = self.total.plus(calls, duplicates_dropped)
         self.folder.write_json("generation.json", self.total)
 
@@ -159,8 +177,7 @@ async def prepare_task(config: AutoRLConfig, folder: RunFolder, echo: Echo = pri
     if system_prompt is None or rubric is None:
         generator, params = ledger.generator()
         echo(f"writing the system prompt and rubric with {generator}")
-        answer = await generate_setup(generator, config.task, litellm_params=params)
-        ledger.add(answer.calls)
+        answer = await ledger.record(generate_setup(generator, config.task, litellm_params=params))
         system_prompt = system_prompt or answer.value.system_prompt
         rubric = rubric or answer.value.rubric
     folder.write_text(RUBRIC_FILE, rubric + "\n")
@@ -170,8 +187,7 @@ async def prepare_task(config: AutoRLConfig, folder: RunFolder, echo: Echo = pri
     if eval_inputs is None:
         generator, params = ledger.generator()
         echo(f"generating {config.eval_inputs} held-out inputs with {generator}")
-        drafts = await generate_inputs(generator, config.task, config.eval_inputs, litellm_params=params)
-        ledger.add(drafts.calls, drafts.duplicates_dropped)
+        drafts = await ledger.record(generate_inputs(generator, config.task, config.eval_inputs, litellm_params=params))
         eval_inputs = number_inputs(drafts.items, "e", 0)
         folder.write_jsonl(EVAL_FILE, eval_inputs)
     else:
@@ -182,8 +198,9 @@ async def prepare_task(config: AutoRLConfig, folder: RunFolder, echo: Echo = pri
         generator, params = ledger.generator()
         echo(f"generating {config.inputs} training inputs with {generator}")
         held_out = [i.input for i in eval_inputs]
-        drafts = await generate_inputs(generator, config.task, config.inputs, existing=held_out, litellm_params=params)
-        ledger.add(drafts.calls, drafts.duplicates_dropped)
+        drafts = await ledger.record(
+            generate_inputs(generator, config.task, config.inputs, existing=held_out, litellm_params=params)
+        )
         pool = [PoolInput(**item.model_dump()) for item in number_inputs(drafts.items, "i", 0)]
         folder.write_jsonl(INPUTS_FILE, pool)
     else:
@@ -340,18 +357,19 @@ class _Run:
         generator, params = self.ledger.generator()
         existing = [e.input for e in self.curriculum.pool] + [i.input for i in self.data.eval_inputs]
         try:
-            drafts = await generate_inputs(
-                generator,
-                self.config.task,
-                len(due),
-                existing=existing,
-                focus=self.curriculum.focus(),
-                litellm_params=params,
+            drafts = await self.ledger.record(
+                generate_inputs(
+                    generator,
+                    self.config.task,
+                    len(due),
+                    existing=existing,
+                    focus=self.curriculum.focus(),
+                    litellm_params=params,
+                )
             )
         except GenerationError as exc:
             self.echo(f"warning: kept {len(due)} inputs without signal, no replacements could be generated: {exc}")
             return 0, 0
-        self.ledger.add(drafts.calls, drafts.duplicates_dropped)
         self.curriculum.retire(due, step)
         fresh = [PoolInput(**i.model_dump()) for i in number_inputs(drafts.items, "i", len(self.curriculum.pool), step)]
         self.curriculum.add(fresh)

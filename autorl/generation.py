@@ -33,22 +33,30 @@ DEFAULT_SIMILARITY = 0.85
 
 
 class GenerationError(ArtError):
-    """The generator could not produce the requested items; the message names why and the fix."""
+    """The generator could not produce the requested items; the message names why and the fix.
+
+    `calls` are the requests it made before giving up: they were paid for all the same.
+    """
+
+    def __init__(self, message: str, calls: Sequence[LLMCall] = ()) -> None:
+        super().__init__(message)
+        self.calls = list(calls)
 
     @classmethod
-    def of(cls, exc: CannotCall | NoValidAnswer) -> GenerationError:
+    def of(cls, exc: CannotCall | NoValidAnswer, earlier: Sequence[LLMCall] = ()) -> GenerationError:
         """The error for a generator request that failed, with the fix for its kind of failure."""
         if isinstance(exc, CannotCall):
             return cls(
                 f"generator {exc}. Check --generator-model (any LiteLLM model string, e.g. 'openai/gpt-4.1-mini'), "
-                "its api_base and api_key"
+                "its api_base and api_key",
+                earlier,
             )
         fix = (
             "Check that the generator is running and its api_base, or give it more time (a `timeout` parameter)"
             if exc.unreachable
             else "Use a stronger generator model or raise max_attempts"
         )
-        return cls(f"generator {exc}\n{fix}; nothing was saved")
+        return cls(f"generator {exc}\n{fix}; nothing was saved", [*earlier, *exc.calls])
 
 
 class Generated(CallTotals, BaseModel, Generic[Item]):
@@ -173,7 +181,7 @@ async def generate_items(
                 litellm_params=litellm_params,
             )
         except (CannotCall, NoValidAnswer) as exc:
-            raise GenerationError.of(exc) from exc
+            raise GenerationError.of(exc, calls) from exc
         calls += answer.calls
         for item in answer.value:
             text = text_of(item)
@@ -186,7 +194,8 @@ async def generate_items(
             return Generated[Item](items=kept, calls=calls, duplicates_dropped=dropped)
     raise GenerationError(
         f"generator {generator_model!r} gave only {len(kept)} distinct items of {count} in {max_rounds} rounds "
-        f"({dropped} near-duplicates dropped); ask for fewer, or describe more varied cases"
+        f"({dropped} near-duplicates dropped); ask for fewer, or describe more varied cases",
+        calls,
     )
 
 

@@ -28,6 +28,7 @@ PAIRWISE_SYSTEM = """You compare two answers an AI assistant gave to the same re
 better by the rubric. Judge the content, not the position or the length of an answer. Say "tie" only
 when neither answer is better. Answer with JSON only:
 {"explanation": "<one or two sentences>", "better": "1" | "2" | "tie"}"""
+VERDICT_FORMAT = '{"explanation": "...", "better": "1" | "2" | "tie"}'
 
 
 class PairVerdict(BaseModel):
@@ -56,7 +57,7 @@ def _parse(text: str | None) -> PairVerdict:
     try:
         return PairVerdict.model_validate(load_json(text))
     except ValidationError as exc:
-        raise InvalidAnswer('the answer must be {"explanation": "...", "better": "1" | "2" | "tie"}') from exc
+        raise InvalidAnswer(f"the answer must be {VERDICT_FORMAT}") from exc
 
 
 def render_pair(request: str, first: str, second: str, rubric: str, instructions: str | None = None) -> str:
@@ -90,7 +91,7 @@ async def compare_answers(
             judge_model,
             messages,
             _parse,
-            lambda problem: f"Your answer could not be used: {problem}. Answer again with JSON only.",
+            lambda problem: f"Your answer could not be used: {problem}. Answer again with JSON only: {VERDICT_FORMAT}",
             max_attempts=max_attempts,
             response_format={
                 "type": "json_schema",

@@ -1,0 +1,90 @@
+"""`art-agents autorl` on bad input: each a clear error naming the fix, and a run folder left consistent."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from autorl_fixtures import TASK, ScriptedAutoRL
+from scripted_openai import ScriptedOpenAI
+
+
+def autorl(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "art_agents", "autorl", *args], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
+
+
+def llm_flags(role: str, url: str) -> list[str]:
+    return [f"--{role}-model", f"openai/{role}", f"--{role}-api-base", url, f"--{role}-api-key", "sk-test"]
+
+
+def dead_url() -> str:
+    with socket.socket() as probe:  # a port nobody listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_an_empty_description_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    result = autorl("--task", "  ", "--base-model", "x", "--judge-model", "openai/j", "--out", str(tmp_path / "r"))
+    assert result.returncode == 2 and "task description is empty" in result.stderr and "--task-file" in result.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_generator_that_always_answers_garbage_fails_and_a_rerun_starts_clean(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with ScriptedOpenAI() as server:
+        server.default = "Sure! Here are some great inputs for you: 1. hello 2. bonjour"
+        flags = ["--task", TASK, "--base-model", "x", *llm_flags("judge", server.base_url), "--out", str(out)]
+        failed = autorl(*flags, "--dry-run")
+        assert failed.returncode == 1, failed.stderr
+        assert "gave no usable answer in 3 attempts" in failed.stderr and "not valid JSON" in failed.stderr
+        assert "stronger generator model" in failed.stderr and "Traceback" not in failed.stderr
+        assert sorted(p.name for p in out.iterdir()) == ["generation.json", "task.json"]  # what it cost, nothing else
+        assert json.loads((out / "generation.json").read_text())["calls"] == 3
+
+        server.default = ScriptedAutoRL()
+        dry = autorl(*flags, "--dry-run", "--inputs", "3", "--eval-inputs", "2")
+    assert dry.returncode == 0, dry.stderr
+    assert "rubric" in dry.stdout and "Translate:" in dry.stdout and "without --dry-run" in dry.stdout
+    assert len((out / "inputs.jsonl").read_text().splitlines()) == 3
+    assert len((out / "eval.jsonl").read_text().splitlines()) == 2
+    assert json.loads((out / "generation.json").read_text())["calls"] == 3 + 3  # the failed attempts stay counted
+
+
+@pytest.mark.timeout(300)
+def test_a_judge_that_is_down_or_times_out_stops_the_run_with_the_fix(tiny_model_path: Path, tmp_path: Path) -> None:
+    with ScriptedOpenAI() as generator, ScriptedOpenAI(delay_s=2.0) as slow_judge:
+        generator.default = slow_judge.default = ScriptedAutoRL()
+        common = ["--task", TASK, "--base-model", str(tiny_model_path), *llm_flags("generator", generator.base_url),
+                  "--inputs", "2", "--eval-inputs", "2", "--max-tokens", "4"]  # fmt: skip
+
+        down = autorl(*common, *llm_flags("judge", dead_url()), "--out", str(tmp_path / "down"), timeout=200)
+        assert down.returncode == 1, down.stderr
+        assert "'openai/judge' could not be reached in 3 attempts" in down.stderr
+        assert "Check that the judge is running and its api_base" in down.stderr and "Traceback" not in down.stderr
+        saved = sorted(p.name for p in (tmp_path / "down").iterdir())
+        assert {"task.json", "inputs.jsonl", "eval.jsonl", "rubric.md", "system_prompt.md"} <= set(saved)
+        assert "eval" not in saved  # no evaluation was recorded from a judge that never answered
+
+        config = tmp_path / "slow.toml"
+        config.write_text(f'judge_model = "openai/judge"\n[judge_params]\napi_base = "{slow_judge.base_url}"\n'
+                          'api_key = "sk-test"\ntimeout = 0.3\n')  # fmt: skip
+        slow = autorl(*common, "--config", str(config), "--out", str(tmp_path / "slow"), timeout=200)
+        assert slow.returncode == 1, slow.stderr
+        assert "could not be reached" in slow.stderr and "Timeout" in slow.stderr and "give it more time" in slow.stderr
+
+
+def test_a_run_folder_of_another_task_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "task.json").write_text(json.dumps({"kind": "mcp-rl", "server": "mcp-server-time"}))
+    result = autorl("--task", TASK, "--base-model", "x", "--judge-model", "openai/j", "--out", str(out), "--dry-run")
+    assert result.returncode == 1
+    assert "holds a run of a different task" in result.stderr and "--fresh" in result.stderr
+    assert json.loads((out / "task.json").read_text())["kind"] == "mcp-rl"  # left as it was
