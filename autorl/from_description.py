@@ -19,7 +19,7 @@ from pydantic import Field, field_validator
 
 from art_agents.autorl.curriculum import Curriculum, PoolInput
 from art_agents.autorl.evaluation import EvalReport, compare_with_base, evaluate, saved_evaluation
-from art_agents.autorl.generation import Generated, Generation, GenerationError
+from art_agents.autorl.generation import Generated, Generation, GenerationError, spend_text
 from art_agents.autorl.run_config import RunConfig, registered_model
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.autorl.scoring import GroupScorer
@@ -104,7 +104,10 @@ class AutoRLSummary(Schema):
     after: EvalReport
     steps: list[StepRow] = Field(default_factory=list, description="Train calls of this invocation.")
     judge_cost_usd: float = Field(0.0, description="Judge cost of this invocation (training and evaluation).")
-    generation: Generation | None = None
+    judge_cost_known: bool = True
+    judge_prompt_tokens: int = 0
+    judge_completion_tokens: int = 0
+    generation: Generation | None = Field(None, description="What generating the run's data has cost, all runs.")
 
     def table(self) -> str:
         versus = self.after.versus_base
@@ -118,9 +121,18 @@ class AutoRLSummary(Schema):
                 f"{'win rate vs base':<28}{'':>10}{versus.win_rate:>10.3f}"
                 f"   ({versus.wins} wins, {versus.losses} losses, {versus.ties} ties)"
             )
-        generator = self.generation.cost_usd if self.generation else 0.0
-        lines.append(f"{'cost: judge / generator':<28}{'$' + format(self.judge_cost_usd, '.4f'):>10}"
-                     f"{'$' + format(generator, '.4f'):>10}")  # fmt: skip
+        lines.append(
+            spend_text(
+                "judge (this run)",
+                self.judge_prompt_tokens,
+                self.judge_completion_tokens,
+                self.judge_cost_usd,
+                self.judge_cost_known,
+            )
+        )
+        if self.generation is not None:
+            g = self.generation
+            lines.append(spend_text("generator", g.prompt_tokens, g.completion_tokens, g.cost_usd, g.cost_known))
         return "\n".join(lines)
 
 
@@ -257,6 +269,9 @@ async def run_autorl(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = 
         after=after,
         steps=run.rows,
         judge_cost_usd=run.scorer.cost_usd,
+        judge_cost_known=run.scorer.cost_known,
+        judge_prompt_tokens=run.scorer.prompt_tokens,
+        judge_completion_tokens=run.scorer.completion_tokens,
         generation=folder.read_json("generation.json", Generation),
     )
     folder.write_json("summary.json", summary)

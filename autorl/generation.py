@@ -73,6 +73,7 @@ class Generation(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    cost_known: bool = Field(True, description="False once a call's model was missing from LiteLLM's price map.")
     duplicates_dropped: int = 0
 
     def plus(self, calls: Sequence[LLMCall], duplicates_dropped: int = 0) -> Generation:
@@ -82,9 +83,16 @@ class Generation(BaseModel):
                 "prompt_tokens": self.prompt_tokens + sum(c.prompt_tokens for c in calls),
                 "completion_tokens": self.completion_tokens + sum(c.completion_tokens for c in calls),
                 "cost_usd": self.cost_usd + sum(c.cost_usd for c in calls),
+                "cost_known": self.cost_known and all(c.cost_known for c in calls),
                 "duplicates_dropped": self.duplicates_dropped + duplicates_dropped,
             }
         )
+
+
+def spend_text(who: str, prompt_tokens: int, completion_tokens: int, cost_usd: float, cost_known: bool) -> str:
+    """`who`'s tokens and price as LiteLLM reported them; a price it does not know is said to be unknown."""
+    price = f"${cost_usd:.4f}" if cost_known else "cost unknown (model not in LiteLLM's price map)"
+    return f"{who}: {prompt_tokens} prompt + {completion_tokens} completion tokens, {price}"
 
 
 def words(text: str) -> list[str]:
@@ -169,7 +177,7 @@ async def generate_items(
     dropped = 0
     for _ in range(max_rounds):
         needed = count - len(kept)
-        request = [*messages, {"role": "user", "content": _ask(needed, field, seen)}]
+        request = [*messages, {"role": "user", "content": ask_for(needed, field, seen)}]
         try:
             answer = await ask_until_valid(
                 generator_model,
@@ -199,7 +207,8 @@ async def generate_items(
     )
 
 
-def _ask(count: int, field: str, seen: Sequence[str]) -> str:
+def ask_for(count: int, field: str, seen: Sequence[str]) -> str:
+    """The request closing each round: the exact count, and (after the first) what already exists."""
     text = f'Answer with JSON only: an object {{"{field}": [...]}} holding exactly {count} items.'
     if seen:
         listed = "\n".join(f"- {s[:200]}" for s in seen[-50:])

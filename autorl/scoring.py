@@ -42,12 +42,14 @@ class GroupScorer:
         self.rubric = rubric
         self.judge_params = judge_params or {}
         self.cost_usd = 0.0
+        self.cost_known = True
         self.prompt_tokens = 0
         self.completion_tokens = 0
 
     def account(self, spent: CallTotals) -> None:
         """Add judge calls made outside group scoring (pairwise comparisons) to the totals."""
         self.cost_usd += spent.cost_usd
+        self.cost_known = self.cost_known and spent.cost_known
         self.prompt_tokens += spent.prompt_tokens
         self.completion_tokens += spent.completion_tokens
 
@@ -75,6 +77,7 @@ class GroupScorer:
         if scored is not None:
             summary = scored.metadata.get("ruler", {})
             self.cost_usd += float(summary.get("cost_usd", 0.0))
+            self.cost_known = self.cost_known and bool(summary.get("cost_known", True))
             self.prompt_tokens += int(summary.get("prompt_tokens", 0))
             self.completion_tokens += int(summary.get("completion_tokens", 0))
         return scored

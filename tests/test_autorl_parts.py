@@ -114,3 +114,17 @@ def test_the_toml_form_and_a_task_file(tmp_path: Path) -> None:
     assert config.generation_params() == ("openai/gpt-4.1-mini", {})
     with pytest.raises(ValueError, match="task description is empty"):
         AutoRLConfig(task="", base_model="m")
+
+
+def test_the_cost_benchmark_counts_the_prompts_the_pipeline_renders() -> None:
+    import subprocess
+    import sys
+
+    script = Path(__file__).parent.parent / "benchmarks" / "autorl_cost.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--answer-tokens", "40"], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {line[:48].strip(): line[48:].split() for line in result.stdout.splitlines()[2:]}
+    prompt, completion, usd = rows["judge, one training step (4 groups of 4)"]
+    assert int(prompt) > 4 * 4 * 40 and int(completion) > 0 and float(usd) > 0
