@@ -33,9 +33,14 @@ class TrainConfig(Schema):
     epsilon_high: float | None = Field(
         None, ge=0, description="Upper clip range: 1 + epsilon_high. None means `epsilon` (DAPO uses 0.28)."
     )
-    beta: float = Field(0.0, ge=0, description="Per-token KL penalty vs the base model (adapter off; k3); 0 skips it.")
+    beta: float = Field(
+        0.0,
+        ge=0,
+        description="Per-token KL penalty vs the base model (adapter off; k3, weighted by the ratio as TRL); 0 skips it.",
+    )
     scale_rewards: bool = Field(
-        True, description="Divide advantages by the group's reward std (population std) (GRPO); off for Dr. GRPO."
+        True,
+        description="Divide advantages by the group's reward std (sample std, + 1e-4 as TRL) (GRPO); off for Dr. GRPO.",
     )
     num_iterations: int = Field(
         1,
@@ -52,6 +57,24 @@ class TrainConfig(Schema):
         1024, ge=1, description="Normaliser of `dr_grpo` (the generation budget), as TRL's max_completion_length."
     )
     min_group_std: float = Field(1e-6, ge=0, description="Groups whose reward std is at or below this are skipped.")
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description=(
+            "How many steps before the current one a stored turn may have been sampled. Older turns are refused by "
+            "name: their importance ratio would be 1, training an old policy's samples as if they were this one's. "
+            "0 is on-policy; raise it for asynchronous rollouts, ideally with `tis_cap`."
+        ),
+    )
+    tis_cap: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Truncated importance sampling: weigh each stored token's loss by min(exp(logp_old - logp_sampler), "
+            "tis_cap), correcting for a sampler that is not the trained policy (another engine such as vLLM, a "
+            "stale adapter). None (off) when the sampler is this server's own engine at the current step."
+        ),
+    )
 
     @property
     def clip_high(self) -> float:
@@ -68,7 +91,9 @@ class ModelConfig(Schema):
     )
     lora_rank: int = Field(8, ge=1, description="LoRA rank r.")
     lora_alpha: int = Field(16, ge=1, description="LoRA scaling alpha.")
-    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    lora_dropout: float = Field(
+        0.0, ge=0, lt=1, description="Kept in the adapter config; GRPO training runs with dropout off (as TRL)."
+    )
     target_modules: list[str] = Field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="Modules that get LoRA adapters."
     )

@@ -19,12 +19,15 @@ class GroupAdvantages:
     skipped: list[int] = field(default_factory=list)
 
 
-def group_advantages(groups: list[TrajectoryGroup], *, scale_rewards: bool, min_group_std: float) -> GroupAdvantages:
-    """A = r - mean(group), divided by the group's std when `scale_rewards` (GRPO) and left as is otherwise (Dr. GRPO).
+STD_EPSILON = 1e-4  # TRL's: reward differences far below it do not become +-1 advantages
 
-    The std is the population std (ddof=0), defined for any group size. A group whose std is at or
-    below `min_group_std` carries no learning signal (every advantage would be ~0), so it is skipped
-    and counted instead of being trained on as noise.
+
+def group_advantages(groups: list[TrajectoryGroup], *, scale_rewards: bool, min_group_std: float) -> GroupAdvantages:
+    """A = r - mean(group), divided by (std + 1e-4) when `scale_rewards` (GRPO), left as is otherwise (Dr. GRPO).
+
+    As TRL: the std is the sample std (n - 1), and the epsilon keeps tiny reward differences small.
+    A group whose std is at or below `min_group_std` (or of one rollout) carries no learning signal,
+    so it is skipped and counted instead of being trained on as noise.
     """
     result = GroupAdvantages()
     for g, group in enumerate(groups):
@@ -33,11 +36,11 @@ def group_advantages(groups: list[TrajectoryGroup], *, scale_rewards: bool, min_
             result.skipped.append(g)
             continue
         mean = sum(rewards) / len(rewards)
-        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+        std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) if len(rewards) > 1 else 0.0
         if std <= min_group_std:
             result.skipped.append(g)
             continue
         result.kept.add(g)
         for t, reward in enumerate(rewards):
-            result.values[(g, t)] = (reward - mean) / std if scale_rewards else reward - mean
+            result.values[(g, t)] = (reward - mean) / (std + STD_EPSILON) if scale_rewards else reward - mean
     return result

@@ -116,6 +116,8 @@ async def complete(plan: ChatPlan, rollouts: Counter[str], on_token: TokenCallba
             prompt_ids=plan.prompt_ids,
             completion_ids=s.token_ids,
             logprobs=s.logprobs,
+            temperature=s.temperature,
+            top_p=plan.params.top_p,
         )
         for cid, s in zip(ids, samples, strict=True)
     ]

@@ -4,8 +4,9 @@
 into one left-padded decoding loop; each row keeps its own sampling settings and, when seeded, its
 own random generator, so a seeded request samples the same tokens whatever it is batched with.
 The loop is written out (not `model.generate`) because it must return, per token, the logprob the
-trainer will recompute: log-softmax of the raw logits (temperature 1, before top-p), which makes
-the first importance ratio of GRPO exactly the one the sampled tokens imply.
+trainer will recompute: log-softmax of the logits divided by the sampling temperature (1 for greedy),
+before top-p. The trainer trains that tempered, untruncated policy; top-p only narrows which tokens
+get drawn, and the sampler's logprobs on the same basis make any gap between the two measurable.
 
 The service pauses the engine while training updates `engine.model` in place; requests that
 arrive meanwhile wait in the queue and are served by the new step.
@@ -35,6 +36,11 @@ class SamplingParams:
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
 
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature logprobs are taken at: the sampling one, or 1 for greedy decoding."""
+        return self.temperature if self.temperature > 0 else 1.0
+
 
 @dataclass
 class Sample:
@@ -45,6 +51,7 @@ class Sample:
     text: str
     finish_reason: Literal["stop", "length"]
     step: int
+    temperature: float = 1.0  # of the logprobs
 
 
 class Engine(Protocol):
@@ -241,6 +248,7 @@ class TransformersEngine:
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         temperature = torch.tensor([[r.params.temperature] for r, _ in rows], device=self.device)
         top_p = torch.tensor([[r.params.top_p] for r, _ in rows], device=self.device)
+        basis = torch.tensor([[r.params.logprob_temperature] for r, _ in rows], device=self.device)
         budget = [r.params.max_tokens for r, _ in rows]
         out_ids: list[list[int]] = [[] for _ in rows]
         out_lp: list[list[float]] = [[] for _ in rows]
@@ -260,7 +268,7 @@ class TransformersEngine:
                 )
                 past = getattr(output, self._cache_kw)
                 logits = output.logits[:, -1, :].float()
-                logprobs = torch.log_softmax(logits, dim=-1)
+                logprobs = torch.log_softmax(logits / basis, dim=-1)
                 chosen = self._sample(logits, temperature, top_p, generators)
                 for i, token in enumerate(chosen):
                     if finish[i] is not None:
@@ -275,8 +283,15 @@ class TransformersEngine:
                 attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
                 positions = positions[:, -1:] + 1
         samples = [
-            Sample(token_ids=ids, logprobs=lps, text=text or "", finish_reason=reason, step=step)  # type: ignore[arg-type]
-            for ids, lps, text, reason in zip(out_ids, out_lp, texts, finish, strict=True)
+            Sample(
+                token_ids=ids,
+                logprobs=lps,
+                text=text or "",
+                finish_reason=reason,  # type: ignore[arg-type]
+                step=step,
+                temperature=request.params.logprob_temperature,
+            )
+            for ids, lps, text, reason, (request, _) in zip(out_ids, out_lp, texts, finish, rows, strict=True)
         ]
         grouped, start = [], 0
         for request in batch:

@@ -1,11 +1,17 @@
 """GRPO loss variants (`grpo`, `dr_grpo`, `dapo`) over token-level logprobs; the knobs live in TrainConfig.
 
-Per token t of sequence i (mask m, advantage A_i shared by the sequence):
+Per token t of sequence i (mask m, advantage A_i shared by every sequence of its trajectory):
+    logp = log_softmax(logits / temperature)[token]  the policy that sampled (temperature per token)
     r = exp(logp - logp_old)                         importance ratio
-    l = -min(r * A_i, clip(r, 1 - epsilon, 1 + clip_high) * A_i) + beta * kl
+    l = -min(r * A_i, clip(r, 1 - epsilon, 1 + clip_high) * A_i) * w + beta * kl * r
     kl = exp(logp_ref - logp) - (logp_ref - logp) - 1   (k3 estimator; logp_ref from the base model)
-Aggregation (N sequences and T trained tokens in the whole step, so micro-batching changes nothing):
-    grpo:    (1/N) * sum_i [ sum_t m*l / sum_t m ]
+    w = min(exp(logp_old - logp_sampler), tis_cap)  truncated importance sampling (1 without `tis_cap`)
+The KL term is weighted by r as in TRL (`use_bias_correction_kl`, DeepSeek-V3.2): its value is
+unchanged on-policy, its gradient becomes the unbiased reverse-KL gradient.
+Aggregation over the whole step (N trajectories, T trained tokens; L_j the trained tokens of
+trajectory j over all its sequences), so neither micro-batching nor how a trajectory's turns
+merged into sequences changes anything:
+    grpo:    (1/N) * sum_j [ sum_{t in j} m*l / L_j ]      (TRL's per-sequence mean, per trajectory)
     dr_grpo: sum_{i,t} m*l / (N * max_completion_tokens)
     dapo:    sum_{i,t} m*l / T
 `logp_old` is the policy at the start of the step (see trainer.py for why, and how it is obtained).
@@ -26,20 +32,26 @@ if TYPE_CHECKING:
 class BatchTotals:
     """Sizes of the whole step (not the micro-batch), the normalisers of every variant."""
 
-    sequences: int
+    trajectories: int
     tokens: int
 
 
 def token_logprobs(
-    model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperatures: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprob of each token given its prefix, and the logits that predicted it.
+    """Logprob of each token given its prefix at its sampling temperature, and the scaled logits.
 
-    Column j of the result is token j + 1 (token 0 has no prefix); callers shift the mask to match.
+    Column j of the result is token j + 1 (token 0 has no prefix); callers shift the mask and
+    `temperatures` (B, T - 1, the temperature token j + 1 was sampled at) to match.
     """
     from trl.trainer.utils import selective_log_softmax
 
     logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
+    if temperatures is not None:
+        logits = logits / temperatures.unsqueeze(-1)
     return selective_log_softmax(logits, input_ids[:, 1:]), logits
 
 
@@ -51,31 +63,41 @@ def policy_loss(
     config: TrainConfig,
     totals: BatchTotals,
     ref_logps: torch.Tensor | None = None,
+    *,
+    trajectory_tokens: torch.Tensor | None = None,
+    sampler_logps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """This micro-batch's share of the step loss, and sums for the step's metrics.
 
-    Shapes: logps, old_logps, ref_logps, mask (B, T); advantages (B,). Summing the returned loss over
-    the micro-batches of a step gives the loss of the whole batch exactly.
+    Shapes: logps, old_logps, ref_logps, sampler_logps, mask (B, T); advantages and
+    trajectory_tokens (B,). `trajectory_tokens` defaults to each sequence's own trained tokens (one
+    sequence per trajectory); `sampler_logps` (NaN where unknown) is only read with `tis_cap`.
+    Summing the returned loss over the micro-batches of a step gives the loss of the whole batch.
     """
     import torch
 
     mask = mask.to(logps.dtype)
+    lengths = mask.sum(1) if trajectory_tokens is None else trajectory_tokens.to(logps.dtype)
     adv = advantages.to(logps.dtype).unsqueeze(1)
     ratio = torch.exp(logps - old_logps)
     clipped = torch.clamp(ratio, 1 - config.epsilon, 1 + config.clip_high)
     per_token = -torch.min(ratio * adv, clipped * adv)
+    if config.tis_cap is not None and sampler_logps is not None:
+        with torch.no_grad():
+            weight = torch.exp(old_logps - sampler_logps).clamp(max=config.tis_cap)
+        per_token = per_token * torch.nan_to_num(weight, nan=1.0)  # unknown sampler logprob: no correction
     kl = None
     if config.beta > 0:
         if ref_logps is None:
             raise ValueError("beta > 0 needs ref_logps (the base model's logprobs)")
         delta = ref_logps - logps
         kl = torch.exp(delta) - delta - 1
-        per_token = per_token + config.beta * kl
+        per_token = per_token + config.beta * kl * ratio  # ratio-weighted: the unbiased reverse-KL gradient (TRL)
     masked = per_token * mask
     if config.loss == "grpo":
-        loss = (masked.sum(1) / mask.sum(1).clamp(min=1.0)).sum() / totals.sequences
+        loss = (masked.sum(1) / lengths.clamp(min=1.0)).sum() / totals.trajectories
     elif config.loss == "dr_grpo":
-        loss = masked.sum() / (totals.sequences * config.max_completion_tokens)
+        loss = masked.sum() / (totals.trajectories * config.max_completion_tokens)
     elif config.loss == "dapo":
         loss = masked.sum() / max(totals.tokens, 1)
     else:

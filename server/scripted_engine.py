@@ -42,9 +42,19 @@ class ScriptedEngine(TransformersEngine):
         full = torch.tensor([request.prompt_ids + ids], device=self.device)
         with torch.inference_mode():
             logits = self.model(input_ids=full).logits[0, len(request.prompt_ids) - 1 : -1].float()
-        logprobs = torch.log_softmax(logits, dim=-1).gather(1, torch.tensor(ids, device=self.device)[:, None])[:, 0]
+        basis = request.params.logprob_temperature
+        logprobs = torch.log_softmax(logits / basis, dim=-1).gather(1, torch.tensor(ids, device=self.device)[:, None])[
+            :, 0
+        ]
         if request.on_token is not None:
             for token in ids:
                 request.on_token(choice, token)
         decoded = self._decode(ids[:-1] if finish == "stop" else ids)
-        return Sample(token_ids=ids, logprobs=logprobs.tolist(), text=decoded, finish_reason=finish, step=self.step)
+        return Sample(
+            token_ids=ids,
+            logprobs=logprobs.tolist(),
+            text=decoded,
+            finish_reason=finish,
+            step=self.step,
+            temperature=basis,
+        )

@@ -7,6 +7,11 @@ a turn whose prompt ids start with an earlier sequence's ids (its prompt + compl
 sequence, the new tool/user tokens in between masked out. Anything else (a history rewritten or
 summarised between calls, a re-tokenization that differs from what was sampled) starts a sequence of
 its own. Only sampled assistant tokens train.
+
+Only this model's turns train: a turn answered by another model (a judge, a helper on another
+provider, recognised by its `model` field) stays in the history as context and is counted as
+foreign. A stored turn sampled more than `max_staleness` steps ago is refused by name, since its
+importance ratio would silently be 1.
 """
 
 from __future__ import annotations
@@ -29,36 +34,65 @@ class TrainSequence:
     """One forward pass worth of tokens: `mask[i]` says whether `token_ids[i]` was sampled and trains.
 
     `sampler_logprobs[i]` is the sampler's logprob of token i (NaN where unknown: prompts and
-    re-tokenized turns); it only feeds the sampler-vs-trainer drift metric.
+    re-tokenized turns), for the drift metric and truncated importance sampling. `temperatures[i]`
+    is the temperature token i was sampled at (1 for prompt and re-tokenized tokens).
+    `trajectory_tokens` counts the trained tokens of the whole trajectory, over all its sequences:
+    the loss weighs trajectories, so splitting one into several sequences must not change its weight.
     """
 
     token_ids: list[int]
     mask: list[bool]
     sampler_logprobs: list[float]
+    temperatures: list[float] = field(default_factory=list)
     advantage: float = 0.0
     group: int = 0
     trajectory: int = 0
+    trajectory_tokens: int = 0
     completion_ids: list[str | None] = field(default_factory=list)
 
     @property
     def trained_tokens(self) -> int:
         return sum(self.mask)
 
-    def extend(self, prompt_ids: list[int], completion: list[int], logprobs: list[float]) -> None:
+    def extend(
+        self, prompt_ids: list[int], completion: list[int], logprobs: list[float], temperature: float = 1.0
+    ) -> None:
         """Append a turn whose prompt starts with this sequence's tokens (the new prompt part is masked)."""
         extra = prompt_ids[len(self.token_ids) :]
         self.token_ids += extra + completion
         self.mask += [False] * len(extra) + [True] * len(completion)
         self.sampler_logprobs += [math.nan] * len(extra) + logprobs
+        self.temperatures += [1.0] * len(extra) + [temperature] * len(completion)
 
 
 @dataclass
 class BuildStats:
     turns_from_store: int = 0
     turns_retokenized: int = 0
+    turns_foreign: int = 0
+    staleness: dict[int, int] = field(default_factory=dict)  # steps behind -> stored turns
 
     def as_metrics(self) -> dict[str, float]:
-        return {"turns_from_store": float(self.turns_from_store), "turns_retokenized": float(self.turns_retokenized)}
+        metrics = {
+            "turns_from_store": float(self.turns_from_store),
+            "turns_retokenized": float(self.turns_retokenized),
+            "turns_foreign": float(self.turns_foreign),
+        }
+        metrics.update({f"turns_staleness_{k}": float(n) for k, n in sorted(self.staleness.items())})
+        return metrics
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The model being trained: whose turns count, at which step, and how stale a sample may be."""
+
+    name: str
+    step: int
+    max_staleness: int = 0
+
+    def owns(self, turn: Turn) -> bool:
+        """False for a turn another model answered (`model` names someone else); unnamed turns are ours."""
+        return turn.model is None or turn.model.split("@", 1)[0] == self.name
 
 
 @dataclass
@@ -67,6 +101,7 @@ class _TurnTokens:
     completion: list[int]
     logprobs: list[float]
     completion_id: str | None
+    temperature: float = 1.0
 
 
 def build_sequences(
@@ -75,17 +110,51 @@ def build_sequences(
     tokenizer: Any,
     advantages: dict[tuple[int, int], float] | None = None,
     only_groups: set[int] | None = None,
+    policy: Policy | None = None,
 ) -> tuple[list[TrainSequence], BuildStats]:
     """Sequences for every trajectory of `groups` (or of `only_groups`), each with its advantage.
 
     `advantages` maps (group index, trajectory index) to the trajectory's advantage; every sequence of
-    a trajectory shares it. Every completion id of every group is checked against the store first, so
-    a bad id fails the whole call before any training.
+    a trajectory shares it. With a `policy`, other models' turns are left out (counted) and stale
+    stored turns are refused. Every completion id of the trained turns is checked against the store
+    first, so a bad id fails the whole call before any training.
     """
-    wanted = [turn.completion_id for group in groups for t in group.trajectories for turn in t.turns]
-    ids = [cid for cid in wanted if cid is not None]
-    records = store.get_many(ids)
-    missing = [cid for cid in dict.fromkeys(ids) if cid not in records]
+    chosen = [(g, group) for g, group in enumerate(groups) if only_groups is None or g in only_groups]
+    ours = {
+        (g, t): [turn for turn in trajectory.turns if policy is None or policy.owns(turn)]
+        for g, group in chosen
+        for t, trajectory in enumerate(group.trajectories)
+    }
+    stats = BuildStats(
+        turns_foreign=sum(len(t.turns) for _, g in chosen for t in g.trajectories) - sum(map(len, ours.values()))
+    )
+    records = _stored(store, [turn.completion_id for turns in ours.values() for turn in turns])
+    if policy is not None:
+        _check_staleness(records, policy, stats)
+    sequences: list[TrainSequence] = []
+    for g, group in chosen:
+        for t, trajectory in enumerate(group.trajectories):
+            advantage = 0.0 if advantages is None else advantages[(g, t)]
+            turns = [_turn_tokens(trajectory, turn, records, tokenizer, stats) for turn in ours[(g, t)]]
+            merged = merge_turns(turns)
+            total = sum(s.trained_tokens for s in merged)
+            for sequence in merged:
+                sequence.advantage, sequence.group, sequence.trajectory = advantage, g, t
+                sequence.trajectory_tokens = total
+                sequences.append(sequence)
+    if policy is not None and not sequences and stats.turns_foreign:
+        raise TrainingInputError(
+            f"every turn of these groups was answered by another model ({stats.turns_foreign} turns), none by "
+            f"{policy.name!r}; record the rollouts with this model's client (model.openai_client())"
+        )
+    return sequences, stats
+
+
+def _stored(store: TokenStore, ids: list[str | None]) -> dict[str, Any]:
+    """The token records of `ids`, or a TrainingInputError naming the ones this store does not hold."""
+    known = [cid for cid in ids if cid is not None]
+    records = store.get_many(known)
+    missing = [cid for cid in dict.fromkeys(known) if cid not in records]
     if missing:
         shown = ", ".join(repr(cid) for cid in missing[:5]) + (
             f" and {len(missing) - 5} more" if len(missing) > 5 else ""
@@ -94,18 +163,23 @@ def build_sequences(
             f"completion id(s) {shown} are not in this model's token store; train only on completions this server "
             "sampled for this model (or clear turn.completion_id to have the turn re-tokenized)"
         )
-    stats = BuildStats()
-    sequences: list[TrainSequence] = []
-    for g, group in enumerate(groups):
-        if only_groups is not None and g not in only_groups:
-            continue
-        for t, trajectory in enumerate(group.trajectories):
-            advantage = 0.0 if advantages is None else advantages[(g, t)]
-            turns = [_turn_tokens(trajectory, turn, records, tokenizer, stats) for turn in trajectory.turns]
-            for merged in merge_turns(turns):
-                merged.advantage, merged.group, merged.trajectory = advantage, g, t
-                sequences.append(merged)
-    return sequences, stats
+    return records
+
+
+def _check_staleness(records: dict[str, Any], policy: Policy, stats: BuildStats) -> None:
+    stale = []
+    for cid, record in records.items():
+        behind = policy.step - record.policy_step
+        stats.staleness[behind] = stats.staleness.get(behind, 0) + 1
+        if behind > policy.max_staleness:
+            stale.append(f"{cid!r} (sampled at step {record.policy_step})")
+    if stale:
+        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
+        raise TrainingInputError(
+            f"{len(stale)} turn(s) were sampled more than max_staleness={policy.max_staleness} steps before the "
+            f"current step {policy.step}: {shown}. Their importance ratio would be 1, training another policy "
+            "as if it were this one; train on fresh rollouts, or raise TrainConfig.max_staleness to accept them"
+        )
 
 
 def merge_turns(turns: list[_TurnTokens]) -> list[TrainSequence]:
@@ -120,7 +194,7 @@ def merge_turns(turns: list[_TurnTokens]) -> list[TrainSequence]:
         if target is None:
             target = TrainSequence(token_ids=[], mask=[], sampler_logprobs=[])
             sequences.append(target)
-        target.extend(turn.prompt_ids, turn.completion, turn.logprobs)
+        target.extend(turn.prompt_ids, turn.completion, turn.logprobs, turn.temperature)
         target.completion_ids.append(turn.completion_id)
     return sequences
 
@@ -136,7 +210,11 @@ def _turn_tokens(
         record = records[turn.completion_id]
         stats.turns_from_store += 1
         return _TurnTokens(
-            list(record.prompt_ids), list(record.completion_ids), list(record.logprobs), turn.completion_id
+            list(record.prompt_ids),
+            list(record.completion_ids),
+            list(record.logprobs),
+            turn.completion_id,
+            record.temperature,
         )
     stats.turns_retokenized += 1
     return _retokenize(trajectory, turn, tokenizer)

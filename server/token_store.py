@@ -1,8 +1,10 @@
 """The token store: what the server actually sampled, keyed by completion id.
 
 Training uses these exact token ids and sampler logprobs instead of re-tokenizing messages, so
-chat-template drift cannot creep in. SQLite in WAL mode with synchronous=FULL: a row is on disk
-before the HTTP response that names its completion id is sent, and survives a kill -9.
+chat-template drift cannot creep in. Each record keeps the temperature its logprobs are taken at
+(the sampling temperature), so the trainer can train the policy that sampled. SQLite in WAL mode
+with synchronous=FULL: a row is on disk before the HTTP response that names its completion id is
+sent, and survives a kill -9.
 """
 
 from __future__ import annotations
@@ -23,7 +25,11 @@ class TokenRecord(BaseModel):
     policy_step: int
     prompt_ids: list[int]
     completion_ids: list[int]
-    logprobs: list[float] = Field(description="Sampler logprob of each completion id (temperature 1, no top-p).")
+    logprobs: list[float] = Field(
+        description="Sampler logprob of each completion id: log-softmax of logits / temperature, before top-p."
+    )
+    temperature: float = Field(1.0, gt=0, description="Temperature of the logprobs (the sampling one; 1 for greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, description="The request's top-p (recorded; the logprobs are untruncated).")
     created_at: float = Field(default_factory=time.time)
 
 
@@ -35,10 +41,13 @@ CREATE TABLE IF NOT EXISTS tokens (
     prompt_ids TEXT NOT NULL,
     completion_ids TEXT NOT NULL,
     logprobs TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    temperature REAL NOT NULL DEFAULT 1.0,
+    top_p REAL NOT NULL DEFAULT 1.0
 )
 """
-_COLUMNS = "completion_id, model, policy_step, prompt_ids, completion_ids, logprobs, created_at"
+_ADDED_COLUMNS = {"temperature": "REAL NOT NULL DEFAULT 1.0", "top_p": "REAL NOT NULL DEFAULT 1.0"}
+_COLUMNS = "completion_id, model, policy_step, prompt_ids, completion_ids, logprobs, created_at, temperature, top_p"
 
 
 class TokenStore:
@@ -52,6 +61,10 @@ class TokenStore:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(_SCHEMA)
+        present = {row[1] for row in self._db.execute("PRAGMA table_info(tokens)")}
+        for name, kind in _ADDED_COLUMNS.items():  # stores written before these columns: temperature-1 logprobs
+            if name not in present:
+                self._db.execute(f"ALTER TABLE tokens ADD COLUMN {name} {kind}")
 
     def add(self, record: TokenRecord) -> None:
         self.add_many([record])
@@ -67,13 +80,15 @@ class TokenStore:
                 json.dumps(r.completion_ids),
                 json.dumps(r.logprobs),
                 r.created_at,
+                r.temperature,
+                r.top_p,
             )
             for r in records
         ]
         with self._lock:
             self._db.execute("BEGIN")
             try:
-                self._db.executemany(f"INSERT INTO tokens ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+                self._db.executemany(f"INSERT INTO tokens ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -112,4 +127,6 @@ def _record(row: tuple) -> TokenRecord:
         completion_ids=json.loads(row[4]),
         logprobs=json.loads(row[5]),
         created_at=row[6],
+        temperature=row[7],
+        top_p=row[8],
     )

@@ -4,13 +4,15 @@ The trainer updates the PeftModel the engine serves, in place (the service pause
 duration). If anything fails mid-step the LoRA weights and optimizer state are restored, so the model
 still serves the last good checkpoint.
 
-Old logprobs: the importance ratio is taken against the policy at the start of the step, not against
-the sampler's logprobs (those may come from another engine, another dtype or a temperature-scaled
-distribution). With `num_iterations == 1` the start-of-step logprobs equal the first forward pass, so
-they are that pass detached (ratio 1, exact policy gradient, no extra forward); with more iterations
-they are computed once, without gradients, before the first update. The mean absolute gap between the
-sampler's and the trainer's logprobs of the trained tokens is reported as `logprob_gap_sampler`: a
-jump there means token drift or a stale adapter.
+The policy trained is the one that sampled: logits divided by each token's sampling temperature,
+untruncated (top-p only narrowed which tokens were drawn). Old logprobs: the importance ratio is
+taken against the policy at the start of the step. With `num_iterations == 1` the start-of-step
+logprobs equal the first forward pass, so they are that pass detached (ratio 1, exact policy
+gradient, no extra forward); with more iterations they are computed once, without gradients, before
+the first update. Dropout is off while training (as TRL's `disable_dropout`), so those passes agree.
+The sampler's own logprobs are on the same basis; their mean absolute gap to the trainer's is
+`logprob_gap_sampler` (~0 for this server's engine at the current step; it grows with a stale
+adapter or another engine), and `TrainConfig.tis_cap` corrects for it by truncated importance sampling.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from art_agents.server.advantages import group_advantages
 from art_agents.server.loss import BatchTotals, policy_loss, token_logprobs
-from art_agents.server.sequences import TrainingInputError, TrainSequence, build_sequences
+from art_agents.server.sequences import Policy, TrainingInputError, TrainSequence, build_sequences
 
 if TYPE_CHECKING:
     import torch
@@ -39,6 +41,9 @@ class PolicyTrainer:
     """GRPO on the trainable (LoRA) parameters of `peft_model` with torch AdamW."""
 
     def __init__(self, peft_model: Any, tokenizer: Any, store: TokenStore, optimizer_state: dict | None = None) -> None:
+        from trl.trainer.utils import disable_dropout_in_model
+
+        disable_dropout_in_model(peft_model)  # train and no-grad passes must compute the same policy
         self.model = peft_model
         self.tokenizer = tokenizer
         self.store = store
@@ -52,13 +57,24 @@ class PolicyTrainer:
         return self._optimizer.state_dict()
 
     def train(
-        self, groups: list[TrajectoryGroup], config: TrainConfig, progress: Progress | None = None
+        self,
+        groups: list[TrajectoryGroup],
+        config: TrainConfig,
+        progress: Progress | None = None,
+        *,
+        policy: Policy | None = None,
     ) -> dict[str, float]:
-        """One train call: `config.num_iterations` optimizer steps on the groups; returns the step's metrics."""
+        """One train call: `config.num_iterations` optimizer steps on the groups; returns the step's metrics.
+
+        `policy` names the model and its current step: other models' turns are left out and turns
+        sampled more than `config.max_staleness` steps ago are refused.
+        """
         started = time.perf_counter()
         _check_groups(groups)
         advantages = group_advantages(groups, scale_rewards=config.scale_rewards, min_group_std=config.min_group_std)
-        sequences, stats = build_sequences(groups, self.store, self.tokenizer, advantages.values, advantages.kept)
+        sequences, stats = build_sequences(
+            groups, self.store, self.tokenizer, advantages.values, advantages.kept, policy
+        )
         rewards = [r for group in groups for r in group.rewards()]
         reward_mean = sum(rewards) / len(rewards)
         metrics: dict[str, float] = {
@@ -92,7 +108,8 @@ class PolicyTrainer:
         optimizer = self._optimizer_for(config)
         params = [p for p in self.model.parameters() if p.requires_grad]
         device = params[0].device
-        totals = BatchTotals(sequences=len(sequences), tokens=sum(s.trained_tokens for s in sequences))
+        trajectories = {(s.group, s.trajectory) for s in sequences if s.trained_tokens}
+        totals = BatchTotals(trajectories=len(trajectories), tokens=sum(s.trained_tokens for s in sequences))
         batches = [_collate(chunk, self._pad_id(), device) for chunk in _chunks(sequences, config.micro_batch_size)]
         was_training = self.model.training
         old = self._no_grad_logprobs(batches) if config.num_iterations > 1 else None
@@ -113,8 +130,13 @@ class PolicyTrainer:
                 optimizer.zero_grad(set_to_none=True)
                 loss_sum = 0.0
                 for b, batch in enumerate(batches):
-                    logps, logits = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+                    logps, logits = token_logprobs(
+                        self.model, batch["input_ids"], batch["attention_mask"], batch["temperatures"]
+                    )
                     old_logps = logps.detach() if old is None else old[b]
+                    if iteration == 0:
+                        self._first_pass_sums(sums, batch, old_logps, logits)
+                    del logits  # not kept through backward: the graph holds only what it needs
                     loss, batch_sums = policy_loss(
                         logps,
                         old_logps,
@@ -123,11 +145,14 @@ class PolicyTrainer:
                         config,
                         totals,
                         None if ref is None else ref[b],
+                        trajectory_tokens=batch["trajectory_tokens"],
+                        sampler_logps=batch["sampler_logprobs"],
                     )
                     loss.backward()
                     loss_sum += float(loss.detach())
+                    sums["clipped_tokens"] += batch_sums["clipped_tokens"]
                     if iteration == 0:
-                        self._first_pass_sums(sums, batch, old_logps, logits, batch_sums)
+                        sums["kl_sum"] += batch_sums.get("kl_sum", 0.0)
                     done += batch["input_ids"].shape[0]
                     if progress is not None:
                         progress(done, total_work, {"loss": loss_sum})
@@ -148,7 +173,7 @@ class PolicyTrainer:
             "grad_norm": grad_norm,
             "optimizer_steps": float(config.num_iterations),
             "skipped": 0.0,
-            "clip_fraction": sums["clipped_tokens"] / trained,
+            "clip_fraction": sums["clipped_tokens"] / (trained * config.num_iterations),
             "entropy": sums["entropy_sum"] / trained,
             "logprob_gap_sampler": sums["gap_sum"] / sums["gap_tokens"] if sums["gap_tokens"] else math.nan,
             "learning_rate": config.learning_rate,
@@ -157,27 +182,21 @@ class PolicyTrainer:
             metrics["kl"] = sums["kl_sum"] / trained
         return {k: v for k, v in metrics.items() if not (isinstance(v, float) and math.isnan(v))}
 
+    @staticmethod
     def _first_pass_sums(
-        self,
-        sums: dict[str, float],
-        batch: dict[str, Any],
-        old_logps: torch.Tensor,
-        logits: torch.Tensor,
-        batch_sums: dict[str, float],
+        sums: dict[str, float], batch: dict[str, Any], old_logps: torch.Tensor, logits: torch.Tensor
     ) -> None:
-        """Metrics of the policy at the start of the step: entropy, clipping, KL, sampler gap."""
+        """Metrics of the policy at the start of the step: entropy of the trained tokens, sampler gap."""
         import torch
         from trl.trainer.utils import entropy_from_logits
 
         with torch.no_grad():
             mask = batch["mask"]
-            sums["entropy_sum"] += float(entropy_from_logits(logits[mask]).sum())
+            sums["entropy_sum"] += float(entropy_from_logits(logits.detach()[mask]).sum())  # chunked inside TRL
             sampler = batch["sampler_logprobs"]
             known = mask & torch.isfinite(sampler)
             sums["gap_sum"] += float((old_logps[known] - sampler[known]).abs().sum())
             sums["gap_tokens"] += float(known.sum())
-        sums["clipped_tokens"] += batch_sums["clipped_tokens"]
-        sums["kl_sum"] += batch_sums.get("kl_sum", 0.0)
 
     def _no_grad_logprobs(self, batches: list[dict[str, Any]], *, base: bool = False) -> list[torch.Tensor]:
         """Logprobs of the current policy (or of the base model, adapter disabled) for every micro-batch."""
@@ -187,7 +206,9 @@ class PolicyTrainer:
 
         self.model.eval()
         with torch.no_grad(), self.model.disable_adapter() if base else contextlib.nullcontext():
-            return [token_logprobs(self.model, b["input_ids"], b["attention_mask"])[0] for b in batches]
+            return [
+                token_logprobs(self.model, b["input_ids"], b["attention_mask"], b["temperatures"])[0] for b in batches
+            ]
 
     def _optimizer_for(self, config: TrainConfig) -> torch.optim.Optimizer:
         import torch
@@ -262,11 +283,14 @@ def _collate(chunk: list[TrainSequence], pad_id: int, device: torch.device) -> d
     attention = torch.tensor([padded([1] * len(s.token_ids), 0) for s in chunk], device=device)
     mask = torch.tensor([padded(s.mask, False) for s in chunk], device=device)[:, 1:]
     sampler = torch.tensor([padded(s.sampler_logprobs, math.nan) for s in chunk], dtype=torch.float32, device=device)
+    temperatures = torch.tensor([padded(s.temperatures, 1.0) for s in chunk], dtype=torch.float32, device=device)
     advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
     return {
         "input_ids": input_ids,
         "attention_mask": attention,
         "mask": mask,
         "sampler_logprobs": sampler[:, 1:],
+        "temperatures": temperatures[:, 1:],
         "advantages": advantages,
+        "trajectory_tokens": torch.tensor([s.trajectory_tokens for s in chunk], dtype=torch.float32, device=device),
     }

@@ -70,7 +70,7 @@ async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn)
 
 
 async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Queue) -> None:
-    from art_agents.server.sequences import TrainingInputError
+    from art_agents.server.sequences import Policy, TrainingInputError
     from art_agents.server.trainer import PolicyTrainer
 
     loop = asyncio.get_running_loop()
@@ -85,7 +85,10 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
             optimizer_state = await asyncio.to_thread(checkpoints.load_optimizer_state, served.model_dir, step)
             trainer = PolicyTrainer(served.engine.model, served.engine.tokenizer, served.store, optimizer_state)
             try:
-                metrics = await asyncio.to_thread(trainer.train, request.groups, request.config, progress)
+                policy = Policy(served.info.name, step, request.config.max_staleness)
+                metrics = await asyncio.to_thread(
+                    trainer.train, request.groups, request.config, progress, policy=policy
+                )
             finally:
                 served.engine.model.eval()
                 trim_heap()

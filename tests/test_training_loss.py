@@ -1,4 +1,5 @@
-"""Each GRPO loss variant equals a reference computed here, token by token, from the formulas."""
+"""Each GRPO loss variant equals the formulas written out token by token (TRL itself is the reference in
+test_trainer_against_trl.py); micro-batches of a step sum to the whole-step loss."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ def _reference(config: TrainConfig, batch: dict[str, torch.Tensor]) -> float:
             token = -min(ratio * a, min(max(ratio, low), high) * a)
             if config.beta:
                 d = ref[i][t] - logps[i][t]
-                token += config.beta * (math.exp(d) - d - 1)
+                token += config.beta * (math.exp(d) - d - 1) * ratio
             total += token
             count += 1
         per_sequence_sums.append(total)
@@ -65,7 +66,7 @@ CONFIGS = [
 def test_loss_matches_reference(config: TrainConfig) -> None:
     batch = _batch()
     mask = torch.tensor(MASK, dtype=torch.bool)
-    totals = BatchTotals(sequences=len(MASK), tokens=int(mask.sum()))
+    totals = BatchTotals(trajectories=len(MASK), tokens=int(mask.sum()))
     loss, sums = policy_loss(
         batch["logps"],
         batch["old"],
@@ -98,7 +99,7 @@ def test_on_policy_gradient_is_the_policy_gradient() -> None:
     batch = _batch()
     logps = batch["logps"].clone().requires_grad_(True)
     mask = torch.tensor(MASK, dtype=torch.bool)
-    totals = BatchTotals(sequences=len(MASK), tokens=int(mask.sum()))
+    totals = BatchTotals(trajectories=len(MASK), tokens=int(mask.sum()))
     loss, _ = policy_loss(
         logps, logps.detach(), torch.tensor(ADVANTAGES, dtype=torch.float64), mask, TrainConfig(), totals
     )

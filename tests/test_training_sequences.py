@@ -7,6 +7,8 @@ import uuid
 from typing import Any
 
 import pytest
+import torch
+from trl_reference import trl_nanstd
 
 from art_agents.capture import record_completion
 from art_agents.server.advantages import group_advantages
@@ -111,7 +113,11 @@ def test_every_sequence_of_a_trajectory_shares_its_advantage(store: TokenStore, 
     groups = [TrajectoryGroup([tool_loop(store, tokenizer, reward=1.0), rewritten])]
     advantages = group_advantages(groups, scale_rewards=True, min_group_std=1e-6)
     sequences, _ = build_sequences(groups, store, tokenizer, advantages.values, advantages.kept)
-    assert [(s.trajectory, s.advantage) for s in sequences] == [(0, 1.0), (1, -1.0), (1, -1.0)]
+    assert [s.trajectory for s in sequences] == [0, 1, 1]
+    assert [s.advantage for s in sequences] == pytest.approx([0.7070, -0.7070, -0.7070], abs=1e-4)
+    assert [s.trajectory_tokens for s in sequences] == [sequences[0].trained_tokens] + [
+        sequences[1].trained_tokens + sequences[2].trained_tokens
+    ] * 2  # a trajectory's weight counts its tokens over all its sequences
 
 
 def test_unknown_completion_id_is_named(store: TokenStore, tokenizer: Any) -> None:
@@ -139,7 +145,11 @@ def test_zero_variance_groups_are_skipped_and_std_scaling_is_optional(store: Tok
     spread = TrajectoryGroup([Trajectory(reward=0.0), Trajectory(reward=1.0), Trajectory(reward=2.0)])
     scaled = group_advantages([flat, spread], scale_rewards=True, min_group_std=1e-6)
     assert scaled.skipped == [0] and scaled.kept == {1}
-    std = math.sqrt(2 / 3)
-    assert [scaled.values[(1, t)] for t in range(3)] == pytest.approx([-1 / std, 0.0, 1 / std])
+    rewards = torch.tensor([0.0, 1.0, 2.0])
+    expected = (rewards - rewards.mean()) / (trl_nanstd(rewards) + 1e-4)  # TRL's own std: n - 1, and its epsilon
+    assert [scaled.values[(1, t)] for t in range(3)] == pytest.approx(expected.tolist(), abs=1e-6)
+    tiny = group_advantages([TrajectoryGroup([Trajectory(reward=0.0), Trajectory(reward=1e-5)])], scale_rewards=True,
+                            min_group_std=1e-6)  # fmt: skip
+    assert abs(tiny.values[(0, 0)]) < 0.1  # a reward difference of 1e-5 is not a +-0.7 advantage
     unscaled = group_advantages([flat, spread], scale_rewards=False, min_group_std=1e-6)
     assert [unscaled.values[(1, t)] for t in range(3)] == pytest.approx([-1.0, 0.0, 1.0])
