@@ -32,14 +32,18 @@ REQUIRED_METRICS = {
 }  # fmt: skip
 
 
-def lora_model(path: Path) -> Any:
+def lora_model(path: Path, dropout: float = 0.0) -> Any:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     config = LoraConfig(
-        r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], init_lora_weights="gaussian"
+        r=8,
+        lora_alpha=16,
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+        init_lora_weights="gaussian",
+        lora_dropout=dropout,
     )
     return get_peft_model(base, config)
 
