@@ -1,6 +1,7 @@
 """Atomic file writes: a temp file in the same folder, fsynced, then renamed over the target.
 
-A crash (even kill -9) leaves either the old file or the new one, never half of one.
+A crash (even kill -9) leaves either the old file or the new one, never half of one. Logs that grow
+by a line (`append_line`) are appended instead, without rewriting what is already there.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -25,3 +27,36 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def append_line(path: str | Path, line: str) -> Path:
+    """Append `line` + newline to `path`, fsynced; a line cut short by an earlier crash is dropped first.
+
+    Appending costs the same however long the file is, and whole lines are all a reader ever sees
+    once this returns.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a+b") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        if size:
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
+                handle.truncate(_last_line_end(handle, size))
+        handle.write(line.encode("utf-8") + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return path
+
+
+def _last_line_end(handle: BinaryIO, size: int, chunk: int = 4096) -> int:
+    """The offset just after the last newline before `size` (0 if none)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        handle.seek(start)
+        found = handle.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0

@@ -25,7 +25,7 @@ _current: ContextVar[Trajectory | None] = ContextVar("art_agents_trajectory", de
 _span: ContextVar[str | None] = ContextVar("art_agents_span", default=None)
 
 ROLLOUT_HEADER = "x-art-rollout-id"
-_STEP_SUFFIX = re.compile(r"@(\d+)$")
+_STEP_SUFFIX = re.compile(r"@(\d+)\Z")
 
 P = ParamSpec("P")
 

@@ -103,6 +103,9 @@ class ModelConfig(Schema):
     )
     device: str = Field("auto", description="auto: cuda when available, else cpu.")
     max_batch_size: int = Field(16, ge=1, description="Concurrent requests the engine batches into one generate call.")
+    max_queued_requests: int = Field(
+        256, ge=1, description="Requests waiting for the engine; more are answered 503 with Retry-After."
+    )
     default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request gives none.")
     seed: int = Field(0, description="Seed for LoRA initialisation.")
     scripted_responses: list[str] | None = Field(

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from art_agents.atomic import write_text_atomic
+from art_agents.atomic import append_line, write_text_atomic
 from art_agents.errors import ArtError
 
 M = TypeVar("M", bound=BaseModel)
@@ -76,8 +76,7 @@ class RunFolder:
 
     def append_jsonl(self, name: str, row: BaseModel) -> None:
         """One more line at the end: a log that grows by a row per step is never rewritten."""
-        with self.file(name).open("a", encoding="utf-8") as handle:
-            handle.write(row.model_dump_json() + "\n")
+        append_line(self.file(name), row.model_dump_json())
 
     def write_text(self, name: str, text: str) -> Path:
         return write_text_atomic(self.file(name), text)

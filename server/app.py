@@ -7,8 +7,10 @@ never reaches a client. With an API key set, every route but /health needs `Auth
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +19,8 @@ from typing import Any
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from art_agents import wire
@@ -27,26 +30,65 @@ from art_agents.server.errors import ServiceError
 from art_agents.server.service import ArtService
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+log = logging.getLogger("art_agents.server")
+
+
+# Fields that would change what is sampled or its format, which this server cannot honour: refused by
+# name unless given their neutral value, instead of being silently ignored.
+UNSUPPORTED: dict[str, tuple[tuple[Any, ...], str]] = {
+    "top_k": ((None, 0, -1), "sampling is temperature and top_p only"),
+    "min_p": ((None, 0, 0.0), "sampling is temperature and top_p only"),
+    "presence_penalty": ((None, 0, 0.0), "no penalties are applied"),
+    "frequency_penalty": ((None, 0, 0.0), "no penalties are applied"),
+    "repetition_penalty": ((None, 1, 1.0), "no penalties are applied"),
+    "logit_bias": ((None, {}), "logits are not biased"),
+    "response_format": ((None, {"type": "text"}), "output is not constrained to a format; ask for JSON in the prompt"),
+    "top_logprobs": ((None, 0), "only the sampled token's logprob is returned"),
+    "functions": ((None, []), "use `tools`"),
+    "function_call": ((None, "auto", "none"), "use `tools`"),
+}
 
 
 class ChatCompletionRequest(BaseModel):
-    """The OpenAI chat completion fields this server honours; other fields are accepted and ignored."""
+    """The OpenAI chat completion fields this server honours; fields it cannot honour are refused by name.
+
+    Limits keep one request from holding the engine: at most 4 stop strings of 256 characters, 128
+    tools, `n` up to the model's batch size, a seed a 64-bit generator takes.
+    """
 
     model_config = ConfigDict(extra="allow")
 
     model: str
-    messages: list[dict[str, Any]] = Field(min_length=1)
-    tools: list[dict[str, Any]] | None = None
+    messages: list[dict[str, Any]] = Field(min_length=1, max_length=4096)
+    tools: list[dict[str, Any]] | None = Field(None, max_length=128)
     tool_choice: str | dict[str, Any] | None = None
     n: int | None = Field(None, ge=1, le=128)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1)
     max_completion_tokens: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
-    seed: int | None = None
+    stop: str | list[str] | None = Field(None, max_length=4)
+    seed: int | None = Field(None, ge=0, lt=2**63)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _honourable(self) -> ChatCompletionRequest:
+        extra = self.model_extra or {}
+        for name, (neutral, why) in UNSUPPORTED.items():
+            if name in extra and extra[name] not in neutral:
+                raise ValueError(f"{name}={extra[name]!r} is not supported by this server ({why}); leave it out")
+        if self.tool_choice not in (None, "auto", "none"):
+            raise ValueError(
+                f"tool_choice={self.tool_choice!r} is not supported: the server cannot force a tool call; use 'auto'"
+            )
+        stops = [self.stop] if isinstance(self.stop, str) else self.stop or []
+        if any(len(stop) > 256 for stop in stops):
+            raise ValueError("stop strings are limited to 256 characters each")
+        if self.tools and len(json.dumps(self.tools)) > 256 * 1024:
+            raise ValueError("tools are limited to 256 KB of JSON schema in all")
+        return self
 
 
 class _BodyLimit:
@@ -89,9 +131,15 @@ def _too_large(limit: int) -> JSONResponse:
 
 
 def create_app(
-    art_path: str | Path, *, api_key: str | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    art_path: str | Path,
+    *,
+    api_key: str | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    test_engines: bool = False,
 ) -> FastAPI:
-    service = ArtService(art_path)
+    """The server app. Without an `api_key` only loopback Host headers are served (a web page cannot
+    reach it through DNS rebinding); `test_engines` lets tests register the scripted engine."""
+    service = ArtService(art_path, test_engines=test_engines)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -101,6 +149,10 @@ def create_app(
 
     app = FastAPI(title="art-agents server", version="1", lifespan=lifespan)
     app.state.service = service
+
+    # Starlette runs the last middleware added first: the Host check, then the key, then the body limit,
+    # so an unauthenticated request is refused before its body is read.
+    app.add_middleware(_BodyLimit, limit=max_body_bytes)
 
     @app.middleware("http")
     async def require_key(request: Request, call_next: Any) -> Any:
@@ -112,20 +164,26 @@ def create_app(
                 )
         return await call_next(request)
 
-    app.add_middleware(_BodyLimit, limit=max_body_bytes)
+    if not api_key:
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
-        return JSONResponse({"detail": "invalid request: " + "; ".join(problems)}, status_code=422)
+        return JSONResponse({"detail": "invalid request: " + "; ".join(problems)}, status_code=400)
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": f"server error: {type(exc).__name__}: {exc}"}, status_code=500)
+        request_id = uuid.uuid4().hex[:12]  # the client gets the id, the log gets the details
+        log.error("request %s (%s %s) failed", request_id, request.method, request.url.path, exc_info=exc)
+        return JSONResponse(
+            {"detail": f"internal server error; the server log has the details under request id {request_id}"},
+            status_code=500,
+        )
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -188,7 +246,7 @@ def create_app(
 
     @app.get(f"{wire.API_PREFIX}/rollouts/{{rollout_id}}")
     async def rollout_calls(rollout_id: str) -> dict[str, int]:
-        return {"completions": service.rollouts.get(rollout_id, 0)}
+        return {"completions": service.rollouts.get(rollout_id)}
 
     return app
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from art_agents.atomic import write_text_atomic
+from art_agents.atomic import append_line
 from art_agents.server.processes import is_alive
 from art_agents.wire import CheckpointInfo
 
@@ -42,7 +42,8 @@ def save_checkpoint(
     tmp = root / f".tmp-{step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        peft_model.save_pretrained(str(tmp), save_embedding_layers=False)  # the base embeddings never train
+        # only the trained adapter: older checkpoints loaded for serving are not part of it
+        peft_model.save_pretrained(str(tmp), save_embedding_layers=False, selected_adapters=["default"])
         if optimizer_state:
             torch.save(optimizer_state, tmp / OPTIMIZER_STATE)
         state = {**trainer_state, "step": step, "created_at": time.time()}
@@ -131,10 +132,8 @@ def load_optimizer_state(model_dir: str | Path, step: int) -> dict | None:
 
 
 def append_history(model_dir: str | Path, row: dict) -> None:
-    """Add one row to history.jsonl by rewriting it through a temp file (never a torn last line)."""
-    path = Path(model_dir) / "history.jsonl"
-    existing = path.read_text(encoding="utf-8") if path.exists() else ""
-    write_text_atomic(path, existing + json.dumps(row, default=str) + "\n")
+    """Add one row to history.jsonl (appended, fsynced; a torn last line from a crash is dropped)."""
+    append_line(Path(model_dir) / "history.jsonl", json.dumps(row, default=str))
 
 
 def _remove_stale_temps(root: Path) -> None:

@@ -7,15 +7,17 @@ so training can later use exactly the sampled tokens and their sampler logprobs.
 from __future__ import annotations
 
 import asyncio
+import collections
+import json
+import threading
 import time
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from art_agents.server.chat_format import parse_assistant, render_prompt_ids
-from art_agents.server.engine import Sample, SamplingParams, TokenCallback
+from art_agents.server.engine import EngineBusy, OlderStep, Sample, SamplingParams, TokenCallback
 from art_agents.server.errors import ServiceError
 from art_agents.server.served_model import ServedModel
 from art_agents.server.stream_text import IncrementalText
@@ -38,6 +40,23 @@ class StreamDelta:
 StreamItem = StreamDelta | Completed
 
 
+class RolloutCounts:
+    """Completions served per rollout id (header `x-art-rollout-id`), kept for the `limit` most recent
+    rollouts: a long-running server forgets old ones instead of growing without bound."""
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self.limit = limit
+        self._counts: collections.OrderedDict[str, int] = collections.OrderedDict()
+
+    def add(self, rollout_id: str) -> None:
+        self._counts[rollout_id] = self._counts.pop(rollout_id, 0) + 1
+        if len(self._counts) > self.limit:
+            self._counts.popitem(last=False)
+
+    def get(self, rollout_id: str) -> int:
+        return self._counts.get(rollout_id, 0)
+
+
 @dataclass
 class ChatPlan:
     """A validated chat request: what to sample, from which model, under which completion id."""
@@ -48,15 +67,24 @@ class ChatPlan:
     tools: list[dict[str, Any]] | None
     completion_id: str
     rollout_id: str | None
+    older: OlderStep | None = None
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def served_as(self) -> str:
+        """`name@step` of the checkpoint this request samples from."""
+        step = self.served.step if self.older is None else self.older.step
+        return f"{self.served.info.name}@{step}"
 
 
-def plan_chat(served: ServedModel, body: dict[str, Any], rollout_id: str | None) -> ChatPlan:
-    """Validate a chat request and render its prompt; refusals are `ServiceError`s."""
-    tools = body.get("tools") if body.get("tool_choice") != "none" else None
-    try:
-        prompt_ids = render_prompt_ids(served.engine.tokenizer, body["messages"], tools)
-    except Exception as exc:  # jinja errors: a message shape the chat template rejects
-        raise ServiceError(400, f"the chat template could not render these messages: {exc}") from exc
+def plan_chat(
+    served: ServedModel, body: dict[str, Any], rollout_id: str | None, older: OlderStep | None = None
+) -> ChatPlan:
+    """Validate a chat request and render its prompt; refusals are `ServiceError`s.
+
+    Cheap checks come before the chat template and the tokenizer, and callers run this in a worker
+    thread: a huge request is refused at once and never holds the event loop.
+    """
     config = served.info.config
     params = SamplingParams(
         max_tokens=body.get("max_completion_tokens") or body.get("max_tokens") or config.default_max_tokens,
@@ -69,22 +97,34 @@ def plan_chat(served: ServedModel, body: dict[str, Any], rollout_id: str | None)
     if params.n > config.max_batch_size:
         raise ServiceError(400, f"n={params.n} exceeds this model's max_batch_size ({config.max_batch_size})")
     limit = getattr(served.engine.model.config, "max_position_embeddings", None)
+    tokenizer = served.engine.tokenizer
+    if limit is not None:
+        size = len(json.dumps(body["messages"], ensure_ascii=False).encode())
+        if size > limit * served.engine.longest_token_bytes:  # more bytes than `limit` tokens can hold
+            raise ServiceError(
+                400, f"the messages ({size} bytes) cannot fit the model's context of {limit} tokens; shorten them"
+            )
+    tools = body.get("tools") if body.get("tool_choice") != "none" else None
+    try:
+        prompt_ids = render_prompt_ids(tokenizer, body["messages"], tools)
+    except Exception as exc:  # jinja errors: a message shape the chat template rejects
+        raise ServiceError(400, f"the chat template could not render these messages: {exc}") from exc
     if limit is not None and len(prompt_ids) + params.max_tokens > limit:
         raise ServiceError(
             400,
             f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the model's context "
             f"of {limit} tokens; shorten the conversation or lower max_tokens",
         )
-    return ChatPlan(served, prompt_ids, params, tools, f"chatcmpl-{uuid.uuid4().hex}", rollout_id)
+    return ChatPlan(served, prompt_ids, params, tools, f"chatcmpl-{uuid.uuid4().hex}", rollout_id, older)
 
 
-async def stream_completion(plan: ChatPlan, rollouts: Counter[str], spawn: Spawn) -> AsyncIterator[StreamItem]:
+async def stream_completion(plan: ChatPlan, rollouts: RolloutCounts, spawn: Spawn) -> AsyncIterator[StreamItem]:
     """`StreamDelta`s as tokens are sampled, then the recorded `(response, samples)`.
 
     Content is streamed as it is generated, minus any tail that could still turn into a stop
     string; with tools, the message is sent once it can be parsed. The completion is generated and
-    recorded by a task of its own (`spawn`), so a client that hangs up mid-stream still leaves a
-    complete token record behind its completion id.
+    recorded by a task of its own (`spawn`); a client that hangs up mid-stream stops the generation at
+    the next token, and what was sampled is still recorded under its completion id.
     """
     loop = asyncio.get_running_loop()
     tokens: asyncio.Queue[tuple[int, int] | None] = asyncio.Queue()
@@ -94,19 +134,26 @@ async def stream_completion(plan: ChatPlan, rollouts: Counter[str], spawn: Spawn
 
     task = spawn(complete(plan, rollouts, None if plan.tools else on_token))
     task.add_done_callback(lambda _: tokens.put_nowait(None))
-    if not plan.tools:
-        decoders = [IncrementalText(plan.served.engine.tokenizer, plan.params.stop) for _ in range(plan.params.n)]
-        while (item := await tokens.get()) is not None:
-            choice, token = item
-            if text := decoders[choice].push(token):  # the step is fixed while a batch runs
-                yield StreamDelta(choice, text, plan.completion_id, plan.served.served_as)
-    yield await task
+    try:
+        if not plan.tools:
+            decoders = [IncrementalText(plan.served.engine.tokenizer, plan.params.stop) for _ in range(plan.params.n)]
+            while (item := await tokens.get()) is not None:
+                choice, token = item
+                if text := decoders[choice].push(token):  # the step is fixed while a batch runs
+                    yield StreamDelta(choice, text, plan.completion_id, plan.served_as)
+        yield await task
+    finally:
+        if not task.done():  # the client went away (the stream was closed before the end)
+            plan.cancel.set()
 
 
-async def complete(plan: ChatPlan, rollouts: Counter[str], on_token: TokenCallback | None = None) -> Completed:
+async def complete(plan: ChatPlan, rollouts: RolloutCounts, on_token: TokenCallback | None = None) -> Completed:
     """Generate, record every choice in the token store, count the rollout's call, build the response."""
     served = plan.served
-    samples = await served.engine.generate(plan.prompt_ids, plan.params, on_token)
+    try:
+        samples = await served.engine.generate(plan.prompt_ids, plan.params, on_token, plan.older, plan.cancel)
+    except EngineBusy as exc:
+        raise ServiceError(503, str(exc), {"Retry-After": "1"}) from exc
     ids = [plan.completion_id if i == 0 else f"{plan.completion_id}-{i}" for i in range(len(samples))]
     records = [
         TokenRecord(
@@ -123,7 +170,7 @@ async def complete(plan: ChatPlan, rollouts: Counter[str], on_token: TokenCallba
     ]
     await asyncio.to_thread(served.store.add_many, records)  # on disk before the id is complete anywhere
     if plan.rollout_id:
-        rollouts[plan.rollout_id] += 1
+        rollouts.add(plan.rollout_id)
     choices = [_choice(plan, index, cid, sample) for index, (cid, sample) in enumerate(zip(ids, samples, strict=True))]
     completion_tokens = sum(len(s.token_ids) for s in samples)
     response = {

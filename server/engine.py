@@ -18,12 +18,14 @@ import asyncio
 import collections
 import contextlib
 import inspect
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from art_agents.server.memory import trim_heap
+from art_agents.server.stream_text import IncrementalDecoder
 from art_agents.train_config import ModelConfig
 
 
@@ -49,7 +51,7 @@ class Sample:
     token_ids: list[int]
     logprobs: list[float]
     text: str
-    finish_reason: Literal["stop", "length"]
+    finish_reason: Literal["stop", "length", "cancelled"]
     step: int
     temperature: float = 1.0  # of the logprobs
 
@@ -60,11 +62,18 @@ class Engine(Protocol):
     model: Any  # a peft.PeftModel with adapter "default"; the trainer updates it in place
     tokenizer: Any
     step: int
+    longest_token_bytes: int  # the most bytes one token stands for: sizes requests before tokenizing
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, on_token: TokenCallback | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        older: OlderStep | None = None,
+        cancel: threading.Event | None = None,
     ) -> list[Sample]: ...
     def load_adapter(self, path: str | Path) -> None: ...
+    def forget_older(self) -> None: ...
     def paused(self) -> contextlib.AbstractAsyncContextManager[None]: ...
     async def close(self) -> None: ...
 
@@ -73,12 +82,30 @@ TokenCallback = Callable[[int, int], None]
 """Called from the engine's worker thread with (choice index, token id) as each token is sampled."""
 
 
+class EngineBusy(RuntimeError):
+    """The engine's queue is full (`ModelConfig.max_queued_requests`); the client should retry later."""
+
+    def __init__(self, queued: int) -> None:
+        super().__init__(f"the engine already has {queued} requests waiting; retry later")
+
+
+@dataclass(frozen=True)
+class OlderStep:
+    """A checkpoint before the latest, served on request (`name@N`): its step and folder."""
+
+    step: int
+    checkpoint: Path
+
+
 @dataclass
 class _Request:
     prompt_ids: list[int]
     params: SamplingParams
     future: asyncio.Future[list[Sample]]
     on_token: TokenCallback | None = None
+    older: OlderStep | None = None
+    cancel: threading.Event | None = None  # set when the client went away: stop at the next token
+    streamed: bool = False  # tokens already went out to the client
 
 
 def _device(config: ModelConfig) -> str:
@@ -147,6 +174,7 @@ class TransformersEngine:
         self.step = step
         self.device = next(model.parameters()).device
         self._stop_ids = stop_token_ids(model, tokenizer)
+        self.longest_token_bytes = max((len(t.encode()) for t in tokenizer.get_vocab()), default=1)
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._stop_ids, default=0)
         # transformers 5.2x renamed `past_key_values` to `cache` (argument and output); use what this model takes
         forward = inspect.signature(model.get_base_model().forward).parameters
@@ -155,6 +183,7 @@ class TransformersEngine:
         self._wakeup = asyncio.Event()
         self._gate = asyncio.Lock()  # held by a running batch or by training
         self._worker: asyncio.Task[None] | None = None
+        self._older: collections.OrderedDict[int, str] = collections.OrderedDict()  # step -> loaded adapter name
 
     @classmethod
     def load(cls, base_model: str, config: ModelConfig) -> TransformersEngine:
@@ -181,13 +210,25 @@ class TransformersEngine:
             yield
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, on_token: TokenCallback | None = None
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        older: OlderStep | None = None,
+        cancel: threading.Event | None = None,
     ) -> list[Sample]:
-        """Sample `params.n` choices; `on_token` (if given) sees each token as it is sampled, for streaming."""
+        """Sample `params.n` choices; `on_token` (if given) sees each token as it is sampled, for streaming.
+
+        `older` samples from an earlier checkpoint instead of the latest (evaluating the base model,
+        step 0, beside the trained one); its samples carry that step. Once `cancel` is set the
+        choices end at the next token (finish reason "cancelled"), freeing the batch.
+        """
+        if len(self._pending) >= self.config.max_queued_requests:
+            raise EngineBusy(len(self._pending))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._run(), name="art-engine")
         future: asyncio.Future[list[Sample]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(list(prompt_ids), params, future, on_token))
+        self._pending.append(_Request(list(prompt_ids), params, future, on_token, older, cancel))
         self._wakeup.set()
         return await future
 
@@ -205,24 +246,88 @@ class TransformersEngine:
                 await self._wakeup.wait()
                 continue
             await asyncio.sleep(0)  # let requests made in the same tick join this batch
-            batch, rows = [], 0
-            while self._pending and (not batch or rows + self._pending[0].params.n <= self.config.max_batch_size):
-                request = self._pending.popleft()
-                batch.append(request)
-                rows += request.params.n
+            batch = self._next_batch()
             async with self._gate:
-                try:
-                    results = await asyncio.to_thread(self._generate_batch, batch)
-                except Exception as exc:  # one bad batch fails its requests, not the engine
-                    for request in batch:
-                        if not request.future.done():
-                            request.future.set_exception(exc)
-                    continue
-            for request, samples in zip(batch, results, strict=True):
-                if not request.future.done():
-                    request.future.set_result(samples)
+                for request, outcome in zip(batch, await self._isolated(batch), strict=True):
+                    if request.future.done():
+                        continue
+                    if isinstance(outcome, Exception):
+                        request.future.set_exception(outcome)
+                    else:
+                        request.future.set_result(outcome)
             if not self._pending:
                 trim_heap()
+
+    async def _isolated(self, batch: list[_Request]) -> list[list[Sample] | Exception]:
+        """Each request's samples, or the error it caused: a batch that fails is retried one request at
+        a time, so one bad request fails alone instead of taking the others down with it (a streamed
+        request that already sent tokens cannot start over, and fails with the batch)."""
+        try:
+            return list(await asyncio.to_thread(self._generate_for, batch))
+        except Exception as exc:
+            if len(batch) == 1:
+                return [exc]
+            failure = exc
+        outcomes: list[list[Sample] | Exception] = []
+        for request in batch:
+            if request.streamed:
+                outcomes.append(failure)
+                continue
+            try:
+                outcomes.append((await asyncio.to_thread(self._generate_for, [request]))[0])
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def _next_batch(self) -> list[_Request]:
+        """The oldest request and those queued after it for the same checkpoint, up to max_batch_size rows."""
+        wanted = self._pending[0].older
+        batch: list[_Request] = []
+        rows = 0
+        for request in list(self._pending):
+            if request.older != wanted:
+                continue
+            if batch and rows + request.params.n > self.config.max_batch_size:
+                break
+            batch.append(request)
+            rows += request.params.n
+            self._pending.remove(request)
+        return batch
+
+    def _generate_for(self, batch: list[_Request]) -> list[list[Sample]]:
+        """`_generate_batch` with the batch's checkpoint active: the latest, or an older one loaded beside it."""
+        older = batch[0].older
+        if older is None or older.step == self.step:
+            return self._generate_batch(batch)
+        self.model.set_adapter(self._older_adapter(older))
+        try:
+            grouped = self._generate_batch(batch)
+        finally:
+            self.model.set_adapter("default")  # also makes only "default" trainable again
+        for samples in grouped:
+            for sample in samples:
+                sample.step = older.step
+        return grouped
+
+    def _older_adapter(self, older: OlderStep, keep: int = 2) -> str:
+        """The adapter name of an older checkpoint, loaded (frozen) on first use; the least recent of more
+        than `keep` is unloaded."""
+        name = self._older.get(older.step)
+        if name is None:
+            name = f"step_{older.step}"
+            self.model.load_adapter(str(older.checkpoint), adapter_name=name, is_trainable=False)
+            self._older[older.step] = name
+            while len(self._older) > keep:
+                _, evicted = self._older.popitem(last=False)
+                self.model.delete_adapter(evicted)
+        self._older.move_to_end(older.step)
+        return name
+
+    def forget_older(self) -> None:
+        """Unload every older checkpoint's adapter (their folders may have been deleted or replaced)."""
+        while self._older:
+            _, name = self._older.popitem()
+            self.model.delete_adapter(name)
 
     def _generate_batch(self, batch: list[_Request]) -> list[list[Sample]]:
         """Sample every choice of every request in one decoding loop (runs in a worker thread)."""
@@ -250,6 +355,7 @@ class TransformersEngine:
         top_p = torch.tensor([[r.params.top_p] for r, _ in rows], device=self.device)
         basis = torch.tensor([[r.params.logprob_temperature] for r, _ in rows], device=self.device)
         budget = [r.params.max_tokens for r, _ in rows]
+        decoders = [IncrementalDecoder(self.tokenizer) if r.params.stop else None for r, _ in rows]
         out_ids: list[list[int]] = [[] for _ in rows]
         out_lp: list[list[float]] = [[] for _ in rows]
         finish: list[str | None] = [None] * len(rows)
@@ -273,12 +379,17 @@ class TransformersEngine:
                 for i, token in enumerate(chosen):
                     if finish[i] is not None:
                         continue
+                    cancel = rows[i][0].cancel
+                    if cancel is not None and cancel.is_set():
+                        finish[i], texts[i] = "cancelled", self._decode(out_ids[i])
+                        continue
                     out_ids[i].append(token)
                     out_lp[i].append(float(logprobs[i, token]))
                     request, choice = rows[i]
                     if request.on_token is not None:
+                        request.streamed = True
                         request.on_token(choice, token)
-                    finish[i], texts[i] = self._check_finish(token, out_ids[i], request.params, budget[i])
+                    finish[i], texts[i] = self._check_finish(token, out_ids[i], request.params, budget[i], decoders[i])
                 step_input = torch.tensor([[t] for t in chosen], device=self.device)
                 attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
                 positions = positions[:, -1:] + 1
@@ -319,14 +430,13 @@ class TransformersEngine:
         return chosen
 
     def _check_finish(
-        self, token: int, ids: list[int], params: SamplingParams, budget: int
+        self, token: int, ids: list[int], params: SamplingParams, budget: int, text: IncrementalDecoder | None
     ) -> tuple[str | None, str | None]:
-        """(finish_reason, text) once the row is done, else (None, None)."""
+        """(finish_reason, text) once the row is done, else (None, None); `text` follows rows with stop strings."""
         if token in self._stop_ids:
             return "stop", self._decode(ids[:-1])
-        if params.stop:
-            text = self._decode(ids)
-            cut = truncate_at_stop(text, params.stop)
+        if text is not None and text.push(token):
+            cut = truncate_at_stop(text.text, params.stop)
             if cut is not None:
                 return "stop", cut
         if len(ids) >= budget:

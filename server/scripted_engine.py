@@ -47,6 +47,7 @@ class ScriptedEngine(TransformersEngine):
             :, 0
         ]
         if request.on_token is not None:
+            request.streamed = True
             for token in ids:
                 request.on_token(choice, token)
         decoded = self._decode(ids[:-1] if finish == "stop" else ids)

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from art_agents.capture import without_step
+from art_agents.capture import policy_step_of, without_step
 from art_agents.server import checkpoints
-from art_agents.server.completions import StreamItem, complete, plan_chat, stream_completion
+from art_agents.server.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
+from art_agents.server.engine import OlderStep
 from art_agents.server.errors import ServiceError
 from art_agents.server.served_model import ServedModel, check_name, open_served_model
 from art_agents.server.training_service import train_events
@@ -29,10 +29,11 @@ T = TypeVar("T")
 class ArtService:
     """Every model under `art_path`, reopened at startup from their model.json files."""
 
-    def __init__(self, art_path: str | Path) -> None:
+    def __init__(self, art_path: str | Path, *, test_engines: bool = False) -> None:
         self.art_path = Path(art_path).resolve()
+        self.test_engines = test_engines
         self.models: dict[str, ServedModel] = {}
-        self.rollouts: Counter[str] = Counter()  # chat completions per rollout id (x-art-rollout-id)
+        self.rollouts = RolloutCounts()
         self._register_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()  # work that must outlive a closed response stream
 
@@ -52,6 +53,8 @@ class ArtService:
     async def register(self, request: RegisterRequest) -> ModelInfo:
         check_name(request.name)
         check_name(request.project, "project")
+        if request.config.engine == "scripted" and not self.test_engines:
+            raise ServiceError(400, "engine 'scripted' is for the test suite only; use engine='transformers'")
         async with self._register_lock:
             served = self.models.get(request.name)
             if served is not None:
@@ -76,9 +79,25 @@ class ArtService:
             )
         return served
 
-    def resolve(self, model_field: str) -> ServedModel:
-        """A chat request's `model`: `name` or `name@step` (the latest step is always served)."""
-        return self.get(without_step(model_field))
+    def resolve(self, model_field: str) -> tuple[ServedModel, OlderStep | None]:
+        """A chat request's `model`: `name` (the latest step) or `name@step` (that checkpoint, if it exists)."""
+        served = self.get(without_step(model_field))
+        step = policy_step_of(model_field)
+        if step is None or step == served.step:
+            return served, None
+        if step > served.step:
+            raise ServiceError(
+                404,
+                f"model {served.info.name!r} has no step {step}: its latest is {served.step} (`{served.served_as}`)",
+            )
+        path = checkpoints.checkpoint_path(served.model_dir, step)
+        if not path.is_dir():
+            raise ServiceError(
+                404,
+                f"checkpoint {step} of model {served.info.name!r} was deleted; "
+                f"steps kept: {[c.step for c in checkpoints.list_checkpoints(served.model_dir)]}",
+            )
+        return served, OlderStep(step, path)
 
     async def close(self) -> None:
         for served in self.models.values():
@@ -92,14 +111,18 @@ class ArtService:
 
     async def delete_checkpoints(self, name: str, steps: list[int] | None) -> list[int]:
         served = self.get(name)
-        async with served.lock:
-            return checkpoints.delete_checkpoints(served.model_dir, steps)
+        async with served.lock, served.engine.paused():
+            served.engine.forget_older()  # a deleted checkpoint must not go on being served from memory
+            deleted = checkpoints.delete_checkpoints(served.model_dir, steps)
+            served.store.delete_steps(deleted)  # tokens sampled by a policy that is gone
+            return deleted
 
     # --- chat completions and training ----------------------------------------------------
 
     async def chat(self, body: dict[str, Any], rollout_id: str | None) -> dict[str, Any]:
         """Generate, record every choice in the token store, and build the OpenAI response."""
-        plan = plan_chat(self.resolve(body["model"]), body, rollout_id)
+        served, older = self.resolve(body["model"])
+        plan = await asyncio.to_thread(plan_chat, served, body, rollout_id, older)
         response, _ = await complete(plan, self.rollouts)
         return response
 
@@ -108,7 +131,8 @@ class ArtService:
 
         Refusals raise before the first item.
         """
-        plan = plan_chat(self.resolve(body["model"]), body, rollout_id)
+        served, older = self.resolve(body["model"])
+        plan = await asyncio.to_thread(plan_chat, served, body, rollout_id, older)
         async for item in stream_completion(plan, self.rollouts, self._spawn):
             yield item
 

@@ -109,6 +109,15 @@ class TokenStore:
                     found[row[0]] = _record(row)
         return found
 
+    def delete_steps(self, steps: Iterable[int]) -> int:
+        """Drop the records sampled at `steps` (their checkpoints were deleted); returns how many."""
+        wanted = list(steps)
+        if not wanted:
+            return 0
+        marks = ",".join("?" * len(wanted))
+        with self._lock:
+            return self._db.execute(f"DELETE FROM tokens WHERE policy_step IN ({marks})", wanted).rowcount
+
     def count(self) -> int:
         with self._lock:
             return int(self._db.execute("SELECT COUNT(*) FROM tokens").fetchone()[0])

@@ -54,13 +54,13 @@ def free_port() -> int:
 def start_server(art_path: str | Path, *, startup_timeout: float = 120.0, **app_options: Any) -> Iterator[str]:
     """Serve `art_path` on 127.0.0.1 in a thread; yields `http://127.0.0.1:PORT`; stops on exit.
 
-    `app_options` go to `create_app` (`api_key`, `max_body_bytes`).
+    `app_options` go to `create_app` (`api_key`, `max_body_bytes`); the scripted test engine is allowed.
     """
     import uvicorn
 
     from art_agents.server.app import create_app
 
-    app = create_app(Path(art_path), **app_options)
+    app = create_app(Path(art_path), **{"test_engines": True, **app_options})
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, name=f"art-server-{port}", daemon=True)

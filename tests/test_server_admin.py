@@ -120,8 +120,8 @@ def test_bad_training_input_is_refused(small_server: str) -> None:
     response = httpx.post(
         f"{small_server}/v1/art/models/m/train", content=nan_body, headers={"content-type": "application/json"}
     )
-    assert_refused(response, 422, "reward")
-    assert_refused(train(small_server, "m", [group], loss="nonsense"), 422, "loss")
+    assert_refused(response, 400, "reward")
+    assert_refused(train(small_server, "m", [group], loss="nonsense"), 400, "loss")
     huge = {"trajectories": [trajectory(None, 0.0, "x" * 300_000)]}
     assert_refused(train(small_server, "m", [huge]), 413, "bytes")
     chunked = iter([json.dumps({"groups": [huge]}).encode()])  # no content-length: counted while read
@@ -129,14 +129,14 @@ def test_bad_training_input_is_refused(small_server: str) -> None:
         f"{small_server}/v1/art/models/m/train", content=chunked, headers={"content-type": "application/json"}
     )
     assert_refused(response, 413, "bytes")
-    assert_refused(httpx.post(f"{small_server}/v1/chat/completions", content=b"{not json"), 422, "invalid request")
+    assert_refused(httpx.post(f"{small_server}/v1/chat/completions", content=b"{not json"), 400, "invalid request")
     assert httpx.get(f"{small_server}/v1/art/models/m/step").json() == {"step": 0}
 
 
 def test_bad_completion_requests_are_refused(small_server: str) -> None:
     url = f"{small_server}/v1/chat/completions"
-    assert_refused(httpx.post(url, json={"model": "m", "messages": []}), 422, "messages")
-    assert_refused(httpx.post(url, json={"model": "m", "messages": MESSAGES, "temperature": -1}), 422, "temperature")
+    assert_refused(httpx.post(url, json={"model": "m", "messages": []}), 400, "messages")
+    assert_refused(httpx.post(url, json={"model": "m", "messages": MESSAGES, "temperature": -1}), 400, "temperature")
     assert_refused(httpx.post(url, json={"model": "m", "messages": MESSAGES, "n": 100}), 400, "max_batch_size")
 
 

@@ -176,3 +176,19 @@ def test_dropout_is_off_so_the_first_iteration_ratio_is_one(
     metrics = trainer.train(groups, TrainConfig(num_iterations=2, learning_rate=1e-9, epsilon=1e-3))
     assert metrics["clip_fraction"] == 0.0  # with LoRA dropout on while training, most ratios leave 1 +- 1e-3
     assert not math.isnan(metrics["loss"])
+
+
+def test_a_store_written_before_temperatures_were_kept_reads_as_temperature_one(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "store.sqlite"
+    old = sqlite3.connect(path)
+    old.execute(
+        "CREATE TABLE tokens (completion_id TEXT PRIMARY KEY, model TEXT NOT NULL, policy_step INTEGER NOT NULL, "
+        "prompt_ids TEXT NOT NULL, completion_ids TEXT NOT NULL, logprobs TEXT NOT NULL, created_at REAL NOT NULL)"
+    )
+    old.execute("INSERT INTO tokens VALUES ('c1', 'm', 3, '[1]', '[2]', '[-0.5]', 0.0)")
+    old.commit()
+    old.close()
+    record = TokenStore(path).get("c1")
+    assert record is not None and (record.temperature, record.top_p, record.policy_step) == (1.0, 1.0, 3)
