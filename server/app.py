@@ -11,7 +11,7 @@ import logging
 import secrets
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from art_agents import wire
 from art_agents.capture import ROLLOUT_HEADER
 from art_agents.server.completions import StreamDelta, StreamItem
 from art_agents.server.errors import ServiceError
+from art_agents.server.model_sources import ModelSources
 from art_agents.server.service import ArtService
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -136,10 +137,12 @@ def create_app(
     api_key: str | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     test_engines: bool = False,
+    model_dirs: Sequence[str | Path] | None = None,
 ) -> FastAPI:
     """The server app. Without an `api_key` only loopback Host headers are served (a web page cannot
-    reach it through DNS rebinding); `test_engines` lets tests register the scripted engine."""
-    service = ArtService(art_path, test_engines=test_engines)
+    reach it through DNS rebinding). With `model_dirs`, local base models must lie inside them (hub ids
+    always load); None allows any folder. `test_engines` lets tests register the scripted engine."""
+    service = ArtService(art_path, test_engines=test_engines, sources=ModelSources.of(model_dirs))
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

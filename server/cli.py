@@ -39,6 +39,13 @@ def serve(
         str | None, typer.Option(envvar="ART_AGENTS_API_KEY", help="Bearer token clients must send.")
     ] = None,
     log_level: Annotated[str, typer.Option()] = "info",
+    model_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            help="Folder base models may be loaded from (repeatable); hub ids always load. Default: any folder "
+            "on loopback, none (hub ids only) on any other host."
+        ),
+    ] = None,
     exit_with_parent: Annotated[
         int | None, typer.Option(help="Shut down when the process with this pid exits (LocalBackend sets it).")
     ] = None,
@@ -60,7 +67,9 @@ def serve(
         from art_agents.server.processes import exit_with_parent as watch_parent
 
         watch_parent(exit_with_parent)
-    uvicorn.run(create_app(art_path, api_key=api_key), host=host, port=port, log_level=log_level)
+    folders = model_dir if model_dir or not is_loopback(host) else None
+    app = create_app(art_path, api_key=api_key, model_dirs=folders)
+    uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 
 def tiny_model(

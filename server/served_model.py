@@ -12,6 +12,7 @@ from art_agents.names import check_safe_name
 from art_agents.server import checkpoints
 from art_agents.server.engine import Engine
 from art_agents.server.errors import ServiceError
+from art_agents.server.model_sources import ModelSources
 from art_agents.server.token_store import TokenStore
 from art_agents.train_config import ModelConfig
 from art_agents.wire import ModelInfo, RegisterRequest
@@ -55,11 +56,8 @@ def open_served_model(model_dir: Path, request: RegisterRequest) -> ServedModel:
     except ServiceError:
         raise
     except Exception as exc:
-        raise ServiceError(
-            400,
-            f"cannot load base_model {request.base_model!r}: {type(exc).__name__}: {exc}; give a local folder "
-            "with a transformers model (e.g. one made by `art-agents tiny-model PATH`) or a cached hub id",
-        ) from exc
+        log.warning("loading base_model %r failed", request.base_model, exc_info=exc)
+        raise ServiceError(400, ModelSources.load_error(request.base_model)) from exc
     step = checkpoints.latest_step(model_dir)
     if step is None:
         step = 0

@@ -17,6 +17,7 @@ from art_agents.server import checkpoints
 from art_agents.server.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
 from art_agents.server.engine import OlderStep
 from art_agents.server.errors import ServiceError
+from art_agents.server.model_sources import ModelSources
 from art_agents.server.served_model import ServedModel, check_name, open_served_model
 from art_agents.server.training_service import train_events
 from art_agents.wire import CheckpointInfo, ModelInfo, RegisterRequest, TrainEvent, TrainRequest
@@ -29,9 +30,12 @@ T = TypeVar("T")
 class ArtService:
     """Every model under `art_path`, reopened at startup from their model.json files."""
 
-    def __init__(self, art_path: str | Path, *, test_engines: bool = False) -> None:
+    def __init__(
+        self, art_path: str | Path, *, test_engines: bool = False, sources: ModelSources | None = None
+    ) -> None:
         self.art_path = Path(art_path).resolve()
         self.test_engines = test_engines
+        self.sources = sources or ModelSources()
         self.models: dict[str, ServedModel] = {}
         self.rollouts = RolloutCounts()
         self._register_lock = asyncio.Lock()
@@ -55,6 +59,7 @@ class ArtService:
         check_name(request.project, "project")
         if request.config.engine == "scripted" and not self.test_engines:
             raise ServiceError(400, "engine 'scripted' is for the test suite only; use engine='transformers'")
+        self.sources.check(request.base_model)
         async with self._register_lock:
             served = self.models.get(request.name)
             if served is not None:

@@ -104,7 +104,7 @@ def test_unknown_or_unsafe_model_names_are_refused(small_server: str, tiny_model
     assert_refused(register(small_server, "a/b", tiny_model_path), 400, "'/'")
     assert_refused(register(small_server, "..", tiny_model_path), 400, "'..'")
     assert_refused(httpx.get(f"{small_server}/v1/art/models/nope/step"), 404, "not registered")
-    assert_refused(register(small_server, "other", tiny_model_path / "missing"), 400, "cannot load base_model")
+    assert_refused(register(small_server, "other", tiny_model_path / "missing"), 400, "no such folder")
 
 
 def test_bad_training_input_is_refused(small_server: str) -> None:

@@ -213,3 +213,22 @@ def test_rollout_counts_and_tokens_of_deleted_steps_are_pruned(tmp_path: Path) -
         store.add(TokenRecord(completion_id=f"c{step}-{store.count()}", model="m", policy_step=step, prompt_ids=[1],
                               completion_ids=[2], logprobs=[-0.5]))  # fmt: skip
     assert store.delete_steps([1]) == 2 and store.count() == 2
+
+
+def test_base_models_come_from_the_hub_or_allowed_folders_only(tmp_path: Path, tiny_model_path: Path) -> None:
+    from art_agents.server.errors import ServiceError
+    from art_agents.server.model_sources import ModelSources
+
+    anywhere = ModelSources.of(None)
+    anywhere.check("/etc")  # the operator's own loopback server loads what it is given
+    allowed = ModelSources.of([tiny_model_path.parent])
+    allowed.check(str(tiny_model_path))
+    allowed.check("Qwen/Qwen3-0.6B")
+    refusals = []
+    for outside in ("/etc", "/no/such/folder", str(tmp_path)):
+        with pytest.raises(ServiceError) as refused:
+            allowed.check(outside)
+        refusals.append(refused.value.detail.replace(repr(outside), "X"))
+    assert refused.value.status == 403 and len(set(refusals)) == 1  # the same answer whether the path exists or not
+    assert "no such folder" in ModelSources.load_error(str(tmp_path / "missing"))
+    assert "server log" in ModelSources.load_error("Org/not-cached-anywhere")
