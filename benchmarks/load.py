@@ -146,9 +146,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "p99_s": latencies[int(0.99 * (len(latencies) - 1))] if latencies else None,
         "requests_per_s": tally.ok / wall,
         "train_steps": steps,
-        "rss_mb_minute_1": first,
-        "rss_mb_end": last,
-        "rss_growth": last / first - 1,
+        "rss_mb_by_minute": {minute: round(mb, 1) for minute, mb in sorted(memory.items())},
+        "rss_growth_minute_1_to_end": last / first - 1,
         "store_rows": rows,
         "store_rows_minus_served": rows - tally.ok,
     }

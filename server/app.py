@@ -6,6 +6,8 @@ never reaches a client. With an API key set, every route but /health needs `Auth
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import json
 import logging
 import secrets
@@ -146,6 +148,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # TRL (~85 MB) is imported now, not by the first train call: the process reaches its size before serving
+        await asyncio.to_thread(importlib.import_module, "trl.trainer.utils")
         await service.open_all()
         yield
         await service.close()

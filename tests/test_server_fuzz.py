@@ -12,6 +12,7 @@ from server_fixtures import start_server
 from test_server_admin import register
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_no_route_answers_a_server_error(tmp_path: Path, tiny_model_path: Path) -> None:
     with start_server(tmp_path / "art") as url:
