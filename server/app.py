@@ -11,6 +11,7 @@ import importlib
 import json
 import logging
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -127,6 +128,27 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
 
+class _RequireKey:
+    """`Authorization: Bearer <key>` on every route but /health, compared in constant time.
+
+    Plain ASGI (not BaseHTTPMiddleware), so the routes still see a client that disconnects.
+    """
+
+    def __init__(self, app: ASGIApp, key: str) -> None:
+        self.app, self.expected = app, f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] != "/health":
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not secrets.compare_digest(given, self.expected):
+                refusal = JSONResponse(
+                    {"detail": "missing or wrong API key; send 'Authorization: Bearer <key>'"}, status_code=401
+                )
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _too_large(limit: int) -> JSONResponse:
     return JSONResponse(
         {"detail": f"request body over {limit} bytes; send fewer trajectory groups per call"}, status_code=413
@@ -157,21 +179,13 @@ def create_app(
     app = FastAPI(title="art-agents server", version="1", lifespan=lifespan)
     app.state.service = service
 
-    # Starlette runs the last middleware added first: the Host check, then the key, then the body limit,
-    # so an unauthenticated request is refused before its body is read.
+    # Starlette runs the last middleware added first: the key (or, without one, the Host check) and
+    # then the body limit, so an unauthenticated request is refused before its body is read.
     app.add_middleware(_BodyLimit, limit=max_body_bytes)
 
-    @app.middleware("http")
-    async def require_key(request: Request, call_next: Any) -> Any:
-        if api_key and request.url.path != "/health":
-            given = request.headers.get("authorization", "")
-            if not secrets.compare_digest(given.encode(), f"Bearer {api_key}".encode()):
-                return JSONResponse(
-                    {"detail": "missing or wrong API key; send 'Authorization: Bearer <key>'"}, status_code=401
-                )
-        return await call_next(request)
-
-    if not api_key:
+    if api_key:
+        app.add_middleware(_RequireKey, key=api_key)
+    else:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=LOOPBACK_HOSTS)
 
     @app.exception_handler(ServiceError)
@@ -213,11 +227,18 @@ def create_app(
 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat_completions(
-        body: ChatCompletionRequest, x_art_rollout_id: str | None = Header(None, alias=ROLLOUT_HEADER)
+        body: ChatCompletionRequest,
+        http: Request,
+        x_art_rollout_id: str | None = Header(None, alias=ROLLOUT_HEADER),
     ) -> Any:
         request = body.model_dump(exclude_none=True)
         if not body.stream:
-            return await service.chat(request, x_art_rollout_id)
+            cancel = threading.Event()  # a client that hangs up stops its generation at the next token
+            watcher = asyncio.create_task(_watch_disconnect(http, cancel))
+            try:
+                return await service.chat(request, x_art_rollout_id, cancel)
+            finally:
+                watcher.cancel()
         items = service.chat_stream(request, x_art_rollout_id)
         first = await anext(items)  # refusals raise here, before any 200 is sent
         include_usage = bool((body.stream_options or {}).get("include_usage"))
@@ -256,6 +277,12 @@ def create_app(
         return {"completions": service.rollouts.get(rollout_id)}
 
     return app
+
+
+async def _watch_disconnect(request: Request, cancel: threading.Event, every_s: float = 0.25) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(every_s)
+    cancel.set()
 
 
 def _chunk(completion_id: str, model: str, created: int, choices: list[dict[str, Any]], **extra: Any) -> str:

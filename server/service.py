@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -124,10 +125,17 @@ class ArtService:
 
     # --- chat completions and training ----------------------------------------------------
 
-    async def chat(self, body: dict[str, Any], rollout_id: str | None) -> dict[str, Any]:
-        """Generate, record every choice in the token store, and build the OpenAI response."""
+    async def chat(
+        self, body: dict[str, Any], rollout_id: str | None, cancel: threading.Event | None = None
+    ) -> dict[str, Any]:
+        """Generate, record every choice in the token store, and build the OpenAI response.
+
+        Setting `cancel` (the client went away) ends the generation at the next token.
+        """
         served, older = self.resolve(body["model"])
         plan = await asyncio.to_thread(plan_chat, served, body, rollout_id, older)
+        if cancel is not None:
+            plan.cancel = cancel
         response, _ = await complete(plan, self.rollouts)
         return response
 

@@ -179,7 +179,7 @@ def test_history_is_appended_and_a_torn_last_line_is_dropped(tmp_path: Path) -> 
 
 
 def test_a_client_that_hangs_up_mid_stream_frees_the_engine(url: str) -> None:
-    body = {"model": "m", "messages": MESSAGES, "max_tokens": 4000, "stream": True, "temperature": 1.0}
+    body = {"model": "m", "messages": MESSAGES, "max_tokens": 4000, "stream": True, "temperature": 0}  # ~40 s
     with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as response:
         lines = response.iter_lines()
         for _ in range(4):
@@ -232,3 +232,13 @@ def test_base_models_come_from_the_hub_or_allowed_folders_only(tmp_path: Path, t
     assert refused.value.status == 403 and len(set(refusals)) == 1  # the same answer whether the path exists or not
     assert "no such folder" in ModelSources.load_error(str(tmp_path / "missing"))
     assert "server log" in ModelSources.load_error("Org/not-cached-anywhere")
+
+
+def test_a_client_that_gives_up_on_a_plain_request_frees_the_engine(url: str) -> None:
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{url}/v1/chat/completions", timeout=1.0,
+                   json={"model": "m", "messages": MESSAGES, "max_tokens": 4000, "temperature": 0})  # fmt: skip
+    time.sleep(0.5)  # the server notices the closed connection within a quarter of a second
+    started = time.perf_counter()
+    assert chat(url, max_tokens=4).status_code == 200
+    assert time.perf_counter() - started < 5
