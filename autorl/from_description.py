@@ -20,7 +20,7 @@ from pydantic import Field, field_validator
 from art_agents.autorl.curriculum import Curriculum, PoolInput
 from art_agents.autorl.evaluation import EvalReport, compare_with_base, evaluate, saved_evaluation
 from art_agents.autorl.generation import Generated, Generation, GenerationError, spend_text
-from art_agents.autorl.run_config import RunConfig, registered_model
+from art_agents.autorl.run_config import RunConfig, RunSummary, registered_model
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.autorl.scoring import GroupScorer
 from art_agents.autorl.task_data import (
@@ -97,17 +97,11 @@ class StepRow(Schema):
     generator_cost_usd: float
 
 
-class AutoRLSummary(Schema):
-    out: Path
-    step: int
-    before: EvalReport
-    after: EvalReport
+class AutoRLSummary(RunSummary):
     steps: list[StepRow] = Field(default_factory=list, description="Train calls of this invocation.")
-    judge_cost_usd: float = Field(0.0, description="Judge cost of this invocation (training and evaluation).")
     judge_cost_known: bool = True
     judge_prompt_tokens: int = 0
     judge_completion_tokens: int = 0
-    generation: Generation | None = Field(None, description="What generating the run's data has cost, all runs.")
 
     def table(self) -> str:
         versus = self.after.versus_base

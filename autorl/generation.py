@@ -25,6 +25,7 @@ from art_agents.ruler.llm import (
     NoValidAnswer,
     ask_until_valid,
     load_json,
+    validation_problems,
 )
 
 Item = TypeVar("Item", bound=BaseModel)
@@ -140,8 +141,7 @@ def parse_items(text: str | None, item_type: type[Item], field: str, count: int)
         try:
             items.append(item_type.model_validate(entry))
         except ValidationError as exc:
-            details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'item'}: {e['msg']}" for e in exc.errors())
-            problems.append(f"{field}[{position}] is invalid ({details})")
+            problems.append(f"{field}[{position}] is invalid ({validation_problems(exc, 'item')})")
     if problems:
         raise InvalidAnswer("; ".join(problems))
     if len(items) < count:

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from art_agents.autorl.evaluation import EvalReport, evaluate, saved_evaluation
 from art_agents.autorl.generation import Generation
-from art_agents.autorl.run_config import RunConfig, registered_model
+from art_agents.autorl.run_config import RunConfig, RunSummary, registered_model
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.autorl.scenarios import (
     Scenario,
@@ -31,7 +31,6 @@ from art_agents.autorl.scoring import TOOL_USE_RUBRIC, GroupScorer, RewardFn
 from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout
 from art_agents.loop import StepRecord, load_function, train_loop
 from art_agents.model import TrainableModel
-from art_agents.schema import Schema
 
 Echo = Callable[[str], None]
 
@@ -73,14 +72,8 @@ class MCPRLConfig(RunConfig):
         )
 
 
-class MCPRLSummary(Schema):
-    out: Path
-    step: int
-    before: EvalReport
-    after: EvalReport
+class MCPRLSummary(RunSummary):
     steps: list[StepRecord] = Field(default_factory=list, description="Steps trained by this invocation.")
-    judge_cost_usd: float = Field(0.0, description="Judge cost of this invocation (training and evaluation).")
-    generation: Generation | None = None
 
     def table(self) -> str:
         rows = [

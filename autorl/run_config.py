@@ -10,6 +10,8 @@ from typing import Any, Self
 
 from pydantic import Field
 
+from art_agents.autorl.evaluation import EvalReport
+from art_agents.autorl.generation import Generation
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.errors import ArtError
 from art_agents.model import TrainableModel
@@ -58,6 +60,17 @@ class RunConfig(Schema):
         if self.judge_model is None:
             raise ArtError("data must be generated: give --generator-model (or --judge-model, which it defaults to)")
         return self.judge_model, self.generator_params or self.judge_params
+
+
+class RunSummary(Schema):
+    """What a run ends with (saved as `summary.json`): the evaluations before and after, and the cost."""
+
+    out: Path
+    step: int
+    before: EvalReport
+    after: EvalReport
+    judge_cost_usd: float = Field(0.0, description="Judge cost of this invocation (training and evaluation).")
+    generation: Generation | None = Field(None, description="What generating the run's data has cost, all runs.")
 
 
 @asynccontextmanager

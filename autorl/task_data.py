@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field
 
 from art_agents.autorl.generation import Generated, GenerationError, generate_items
-from art_agents.ruler.llm import Answer, CannotCall, InvalidAnswer, NoValidAnswer, ask_until_valid, load_json
+from art_agents.ruler.llm import Answer, CannotCall, NoValidAnswer, ask_for_object
 from art_agents.schema import Schema
 
 SETUP_SYSTEM = """You prepare reinforcement-learning training for a small language model. From a description
@@ -53,16 +53,6 @@ class TaskInput(InputDraft):
     added_at_step: int = 0
 
 
-def _parse_setup(text: str | None) -> TaskSetup:
-    if not text or not text.strip():
-        raise InvalidAnswer("the answer was empty")
-    try:
-        return TaskSetup.model_validate(load_json(text))
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'answer'}: {e['msg']}" for e in exc.errors())
-        raise InvalidAnswer(f"the answer does not follow the format ({problems})") from exc
-
-
 async def generate_setup(
     generator_model: str, description: str, *, max_attempts: int = 3, litellm_params: dict[str, Any] | None = None
 ) -> Answer[TaskSetup]:
@@ -72,19 +62,13 @@ async def generate_setup(
         {"role": "user", "content": f"The task:\n{description.strip()}"},
     ]
     try:
-        return await ask_until_valid(
+        return await ask_for_object(
             generator_model,
             messages,
-            _parse_setup,
-            lambda problem: (
-                f"Your answer could not be used: {problem}. Answer again with JSON only: "
-                '{"system_prompt": "...", "rubric": "..."}, both non-empty.'
-            ),
+            TaskSetup,
+            schema_name="task_setup",
+            example='{"system_prompt": "...", "rubric": "..."}, both non-empty.',
             max_attempts=max_attempts,
-            response_format={
-                "type": "json_schema",
-                "json_schema": {"name": "task_setup", "schema": TaskSetup.model_json_schema()},
-            },
             litellm_params=litellm_params,
         )
     except (CannotCall, NoValidAnswer) as exc:

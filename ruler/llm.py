@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from art_agents.errors import ArtError
 
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
@@ -109,6 +110,11 @@ def load_json(text: str) -> Any:
             error = error or exc
     excerpt = text.strip()[:200] or "(empty)"
     raise InvalidAnswer(f"the answer is not valid JSON ({error}); it began: {excerpt!r}")
+
+
+def validation_problems(exc: ValidationError, root: str = "answer") -> str:
+    """A pydantic error as the model is told it: each field's path and what is wrong with it."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or root}: {e['msg']}" for e in exc.errors())
 
 
 def retryable_errors() -> tuple[type[BaseException], ...]:
@@ -207,3 +213,38 @@ async def ask_until_valid(
             continue
         return Answer[T](value=value, content=content or "", calls=calls)
     raise NoValidAnswer(model, calls)
+
+
+async def ask_for_object(
+    model: str,
+    messages: list[dict[str, str]],
+    kind: type[M],
+    *,
+    schema_name: str,
+    example: str,
+    max_attempts: int = 3,
+    litellm_params: dict[str, Any] | None = None,
+) -> Answer[M]:
+    """One JSON object validated as `kind` (asked for with its JSON schema), re-asked with the problem
+    named and `example` (the expected shape) until it validates."""
+
+    def parse(text: str | None) -> M:
+        if not text or not text.strip():
+            raise InvalidAnswer("the answer was empty")
+        try:
+            return kind.model_validate(load_json(text))
+        except ValidationError as exc:
+            raise InvalidAnswer(f"the answer does not follow the format ({validation_problems(exc)})") from exc
+
+    return await ask_until_valid(
+        model,
+        messages,
+        parse,
+        lambda problem: f"Your answer could not be used: {problem}. Answer again with JSON only: {example}",
+        max_attempts=max_attempts,
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": schema_name, "schema": kind.model_json_schema()},
+        },
+        litellm_params=litellm_params,
+    )

@@ -9,18 +9,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, field_validator
 
 from art_agents.ruler.judge import RulerError
-from art_agents.ruler.llm import (
-    CallTotals,
-    CannotCall,
-    InvalidAnswer,
-    LLMCall,
-    NoValidAnswer,
-    ask_until_valid,
-    load_json,
-)
+from art_agents.ruler.llm import CallTotals, CannotCall, LLMCall, NoValidAnswer, ask_for_object
 
 Outcome = Literal["win", "loss", "tie"]
 
@@ -51,15 +43,6 @@ class PairJudgement(CallTotals, BaseModel):
     calls: list[LLMCall]
 
 
-def _parse(text: str | None) -> PairVerdict:
-    if not text or not text.strip():
-        raise InvalidAnswer("the answer was empty")
-    try:
-        return PairVerdict.model_validate(load_json(text))
-    except ValidationError as exc:
-        raise InvalidAnswer(f"the answer must be {VERDICT_FORMAT}") from exc
-
-
 def render_pair(request: str, first: str, second: str, rubric: str, instructions: str | None = None) -> str:
     parts = [f"Rubric:\n{rubric.strip()}"]
     if instructions:
@@ -87,16 +70,13 @@ async def compare_answers(
         {"role": "user", "content": render_pair(request, first, second, rubric, instructions)},
     ]
     try:
-        answer = await ask_until_valid(
+        answer = await ask_for_object(
             judge_model,
             messages,
-            _parse,
-            lambda problem: f"Your answer could not be used: {problem}. Answer again with JSON only: {VERDICT_FORMAT}",
+            PairVerdict,
+            schema_name="pair_verdict",
+            example=VERDICT_FORMAT,
             max_attempts=max_attempts,
-            response_format={
-                "type": "json_schema",
-                "json_schema": {"name": "pair_verdict", "schema": PairVerdict.model_json_schema()},
-            },
             litellm_params=litellm_params,
         )
     except (CannotCall, NoValidAnswer) as exc:
