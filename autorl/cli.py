@@ -111,8 +111,7 @@ def mcp_rl(
     settings = _settings(MCPRLConfig, config, flags)
     summary = _run(lambda: run_mcp_rl(settings, fresh=fresh, echo=typer.echo), settings.out)
     typer.echo(summary.table())
-    cost = summary.judge_cost_usd + (summary.generation.cost_usd if summary.generation else 0.0)
-    typer.echo(f"judge + generator cost: ${cost:.4f}; run folder: {summary.out}")
+    typer.echo(f"run folder: {summary.out}")
 
 
 def autorl(

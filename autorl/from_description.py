@@ -19,7 +19,7 @@ from pydantic import Field, field_validator
 
 from art_agents.autorl.curriculum import Curriculum, PoolInput
 from art_agents.autorl.evaluation import EvalReport, compare_with_base, evaluate, saved_evaluation
-from art_agents.autorl.generation import Generated, Generation, GenerationError, spend_text
+from art_agents.autorl.generation import Generated, Generation, GenerationError
 from art_agents.autorl.run_config import RunConfig, RunSummary, registered_model
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.autorl.scoring import GroupScorer
@@ -99,9 +99,6 @@ class StepRow(Schema):
 
 class AutoRLSummary(RunSummary):
     steps: list[StepRow] = Field(default_factory=list, description="Train calls of this invocation.")
-    judge_cost_known: bool = True
-    judge_prompt_tokens: int = 0
-    judge_completion_tokens: int = 0
 
     def table(self) -> str:
         versus = self.after.versus_base
@@ -115,19 +112,7 @@ class AutoRLSummary(RunSummary):
                 f"{'win rate vs base':<28}{'':>10}{versus.win_rate:>10.3f}"
                 f"   ({versus.wins} wins, {versus.losses} losses, {versus.ties} ties)"
             )
-        lines.append(
-            spend_text(
-                "judge (this run)",
-                self.judge_prompt_tokens,
-                self.judge_completion_tokens,
-                self.judge_cost_usd,
-                self.judge_cost_known,
-            )
-        )
-        if self.generation is not None:
-            g = self.generation
-            lines.append(spend_text("generator", g.prompt_tokens, g.completion_tokens, g.cost_usd, g.cost_known))
-        return "\n".join(lines)
+        return "\n".join(lines + self.spend_lines())
 
 
 def _task(config: AutoRLConfig) -> dict[str, Any]:

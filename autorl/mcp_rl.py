@@ -87,7 +87,7 @@ class MCPRLSummary(RunSummary):
         ]
         for label, key in rows:
             lines.append(f"{label:<26}{getattr(self.before, key):>10.3f}{getattr(self.after, key):>10.3f}")
-        return "\n".join(lines)
+        return "\n".join(lines + self.spend_lines())
 
 
 async def prepare_scenarios(
@@ -190,6 +190,9 @@ async def run_mcp_rl(
         after=after,
         steps=records,
         judge_cost_usd=scorer.cost_usd,
+        judge_cost_known=scorer.cost_known,
+        judge_prompt_tokens=scorer.prompt_tokens,
+        judge_completion_tokens=scorer.completion_tokens,
         generation=folder.read_json("generation.json", Generation),
     )
     folder.write_json("summary.json", summary)

@@ -11,7 +11,7 @@ from typing import Any, Self
 from pydantic import Field
 
 from art_agents.autorl.evaluation import EvalReport
-from art_agents.autorl.generation import Generation
+from art_agents.autorl.generation import Generation, spend_text
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.errors import ArtError
 from art_agents.model import TrainableModel
@@ -70,7 +70,26 @@ class RunSummary(Schema):
     before: EvalReport
     after: EvalReport
     judge_cost_usd: float = Field(0.0, description="Judge cost of this invocation (training and evaluation).")
+    judge_cost_known: bool = Field(True, description="False when the judge is missing from LiteLLM's price map.")
+    judge_prompt_tokens: int = 0
+    judge_completion_tokens: int = 0
     generation: Generation | None = Field(None, description="What generating the run's data has cost, all runs.")
+
+    def spend_lines(self) -> list[str]:
+        """The judge's and the generator's tokens and cost, as LiteLLM reported them."""
+        lines = [
+            spend_text(
+                "judge (this run)",
+                self.judge_prompt_tokens,
+                self.judge_completion_tokens,
+                self.judge_cost_usd,
+                self.judge_cost_known,
+            )
+        ]
+        if self.generation is not None:
+            g = self.generation
+            lines.append(spend_text("generator", g.prompt_tokens, g.completion_tokens, g.cost_usd, g.cost_known))
+        return lines
 
 
 @asynccontextmanager

@@ -34,11 +34,13 @@ def serve(
         ".art"
     ),
     host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs --api-key.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option()] = 8000,
+    port: Annotated[int, typer.Option(help="TCP port to listen on.")] = 8000,
     api_key: Annotated[
         str | None, typer.Option(envvar="ART_AGENTS_API_KEY", help="Bearer token clients must send.")
     ] = None,
-    log_level: Annotated[str, typer.Option()] = "info",
+    log_level: Annotated[
+        str, typer.Option(help="debug, info, warning or error (the server's and uvicorn's).")
+    ] = "info",
     model_dir: Annotated[
         list[Path] | None,
         typer.Option(
@@ -75,7 +77,7 @@ def serve(
 def tiny_model(
     path: Annotated[Path, typer.Argument(help="Folder to write the model into.")],
     arch: Annotated[str, typer.Option(help="qwen3 or llama.")] = "qwen3",
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of the random weights (the same seed builds the same model).")] = 0,
 ) -> None:
     """Build the tiny random model + BPE tokenizer + tool-capable chat template used by tests and the quickstart."""
     from art_agents.server.tiny_model import build_tiny_model
@@ -87,7 +89,9 @@ def tiny_model(
 
 def quickstart(
     steps: Annotated[int, typer.Option(help="Training steps.")] = 20,
-    art_path: Annotated[Path, typer.Option()] = Path(".art-quickstart"),
+    art_path: Annotated[
+        Path, typer.Option(help="Folder for the quickstart's model, checkpoints and token store.")
+    ] = Path(".art-quickstart"),
 ) -> None:
     """Train the tiny model offline on a toy reward and print the reward going up."""
     from art_agents.server.quickstart import run_quickstart
