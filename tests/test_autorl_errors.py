@@ -57,6 +57,7 @@ def test_a_generator_that_always_answers_garbage_fails_and_a_rerun_starts_clean(
     assert json.loads((out / "generation.json").read_text())["calls"] == 3 + 3  # the failed attempts stay counted
 
 
+@pytest.mark.slow  # two server starts and judge timeouts: ~45 s, kept out of the default suite's budget
 @pytest.mark.timeout(300)
 def test_a_judge_that_is_down_or_times_out_stops_the_run_with_the_fix(tiny_model_path: Path, tmp_path: Path) -> None:
     with ScriptedOpenAI() as generator, ScriptedOpenAI(delay_s=2.0) as slow_judge:
