@@ -33,6 +33,9 @@ from art_agents.wire import (
     TrainResult,
 )
 
+# Where every command keeps its server folder unless told otherwise, so `art-agents report` finds it.
+DEFAULT_ART_PATH = Path(".art")
+
 if TYPE_CHECKING:
     import httpx
 
@@ -121,7 +124,7 @@ class RemoteBackend:
         progress: bool = True,
     ) -> TrainResult:
         """One GRPO step on the groups; returns when the new checkpoint is being served."""
-        from tqdm.auto import tqdm
+        from tqdm import tqdm  # text bars: tqdm.auto widgets show blank or stuck at 0% in stored notebooks
 
         validate_groups(groups)
         result: TrainResult | None = None
@@ -175,7 +178,7 @@ class LocalBackend(RemoteBackend):
     """
 
     def __init__(
-        self, art_path: str | Path = ".art", *, port: int | None = None, startup_timeout: float = 300.0
+        self, art_path: str | Path = DEFAULT_ART_PATH, *, port: int | None = None, startup_timeout: float = 300.0
     ) -> None:
         self.art_path = Path(art_path).resolve()
         self.port = port or _free_port()
@@ -202,7 +205,9 @@ class LocalBackend(RemoteBackend):
         ]
         # Few malloc arenas: the server's worker threads otherwise each keep freed tensor memory.
         env = {"MALLOC_ARENA_MAX": "2", **os.environ}
-        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        # Its own session: a Ctrl-C in the terminal reaches only this process, which then stops the server
+        # in order (the server would otherwise die mid-request and bury the interrupt under its errors).
+        self._process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         log.close()
         await self._wait_healthy()
 

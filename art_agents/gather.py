@@ -23,7 +23,7 @@ def _exception_budget(max_exceptions: int | float, total: int) -> int:
 
 class _Progress:
     def __init__(self, total: int, desc: str | None) -> None:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm  # text bars: tqdm.auto widgets show blank or stuck at 0% in stored notebooks
 
         self.bar = tqdm(total=total, desc=desc, unit="rollout", disable=desc is None)
         self.rewards: list[float] = []
@@ -53,7 +53,14 @@ async def gather_trajectory_groups(
     replacement, or None to drop the group. Groups keep their input order. `pbar_desc=None` hides
     the progress bar.
     """
-    groups = list(await asyncio.gather(*(_as_group(g) for g in groups)))
+    given = list(groups)
+    try:
+        groups = list(await asyncio.gather(*(_as_group(g) for g in given)))
+    except BaseException:
+        for group in given:
+            if isinstance(group, TrajectoryGroup):
+                group.discard_pending()
+        raise
     total = sum(len(g.trajectories) + g.pending for g in groups)
     budget = _exception_budget(max_exceptions, total)
     progress = _Progress(total, pbar_desc)
@@ -78,6 +85,8 @@ async def gather_trajectory_groups(
         for task in tasks:  # over budget (or cancelled): stop the other rollouts instead of orphaning them
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for group in groups:
+            group.discard_pending()
         raise
     finally:
         progress.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 import time
 import traceback
@@ -192,7 +193,11 @@ class TrajectoryGroup(Schema):
 
     async def _resolve(self) -> TrajectoryGroup:
         pending, self._pending = self._pending, []
-        results = await asyncio.gather(*(_as_trajectory(item) for item in pending), return_exceptions=True)
+        try:
+            results = await asyncio.gather(*(_as_trajectory(item) for item in pending), return_exceptions=True)
+        except BaseException:  # cancelled (Ctrl-C, say): rollouts that had not started yet are closed
+            _close_unstarted(pending)
+            raise
         for result in results:
             if isinstance(result, Trajectory):
                 self.trajectories.append(result)
@@ -201,6 +206,11 @@ class TrajectoryGroup(Schema):
             else:
                 raise result  # KeyboardInterrupt, CancelledError: never swallowed
         return self
+
+    def discard_pending(self) -> None:
+        """Close rollouts that never started (the gather was cancelled first), so none is left never awaited."""
+        pending, self._pending = self._pending, []
+        _close_unstarted(pending)
 
     def rewards(self) -> list[float]:
         return [t.reward for t in self.trajectories]
@@ -233,3 +243,9 @@ def validate_groups(groups: list[TrajectoryGroup]) -> None:
             group.validate_for_training()
         except ValueError as exc:
             raise ValueError(f"groups[{index}]: {exc}") from exc
+
+
+def _close_unstarted(items: Iterable[Awaitable[Any]]) -> None:
+    for item in items:
+        if inspect.iscoroutine(item) and inspect.getcoroutinestate(item) == inspect.CORO_CREATED:
+            item.close()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+
+from art_agents.cli import run_job
 
 if TYPE_CHECKING:
     from art_agents.autorl.run_config import RunConfig
@@ -37,19 +38,7 @@ def _settings(kind: type[C], path: Path | None, flags: dict[str, Any]) -> C:
 
 
 def _run(job: Callable[[], Awaitable[R]], out: Path) -> R:
-    """Run `job`: Ctrl-C says how to resume, known errors are one line, not a traceback."""
-    from art_agents.errors import ArtError
-
-    try:
-        return asyncio.run(job())  # type: ignore[arg-type]
-    except KeyboardInterrupt:
-        typer.echo(
-            f"\ninterrupted; every finished step is saved in {out}. Rerun the same command to continue.", err=True
-        )
-        raise typer.Exit(130) from None
-    except (ArtError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+    return run_job(job, lambda: f"every finished step is saved in {out}. Rerun the same command to continue.")
 
 
 def mcp_rl(
@@ -63,8 +52,8 @@ def mcp_rl(
     judge_api_base: Annotated[str | None, Opt(help="api_base for the judge (local servers).")] = None,
     judge_api_key: Annotated[str | None, Opt(help="api_key for the judge.")] = None,
     generator_model: Annotated[str | None, Opt(help="Writes the scenarios; default: the judge model.")] = None,
-    generator_api_base: Annotated[str | None, Opt()] = None,
-    generator_api_key: Annotated[str | None, Opt()] = None,
+    generator_api_base: Annotated[str | None, Opt(help="api_base for the generator (local servers).")] = None,
+    generator_api_key: Annotated[str | None, Opt(help="api_key for the generator.")] = None,
     reward: Annotated[
         str | None, Opt(help="module:function (scenario, trajectory) -> float, instead of RULER.")
     ] = None,
@@ -123,8 +112,8 @@ def autorl(
     judge_api_base: Annotated[str | None, Opt(help="api_base for the judge (local servers).")] = None,
     judge_api_key: Annotated[str | None, Opt(help="api_key for the judge.")] = None,
     generator_model: Annotated[str | None, Opt(help="Writes inputs, prompt and rubric; default: the judge.")] = None,
-    generator_api_base: Annotated[str | None, Opt()] = None,
-    generator_api_key: Annotated[str | None, Opt()] = None,
+    generator_api_base: Annotated[str | None, Opt(help="api_base for the generator (local servers).")] = None,
+    generator_api_key: Annotated[str | None, Opt(help="api_key for the generator.")] = None,
     steps: Annotated[int | None, Opt(help="Total training steps (default 10).")] = None,
     group_size: Annotated[int | None, Opt(help="Rollouts per input (default 4).")] = None,
     groups_per_step: Annotated[int | None, Opt(help="Inputs per step (default 4).")] = None,

@@ -290,6 +290,8 @@ async def evaluate(
 # --- statistics -----------------------------------------------------------------------------
 
 
+# Hand-written, as is paired_t_halfwidth: scipy.stats.bootstrap would need scipy, a dependency of no extra;
+# tests/test_learning_script.py checks both against known values.
 def paired_ci(
     before: list[float], after: list[float], *, resamples: int = 10_000, seed: int = 0
 ) -> tuple[float, float, float]:
@@ -350,7 +352,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--partial-credit", type=float, default=0.0, help="reward for the right answer alone, not in the format"
     )
     p.add_argument("--prompt", choices=sorted(SYSTEM_PROMPTS), default="per-kind", help="system prompt variant")
-    p.add_argument("--art-path", help="where the server keeps models; default: a temporary folder")
+    p.add_argument("--art-path", help="where the server keeps models (kept); default: a temporary folder, removed")
     p.add_argument("--json-out", help="also write the results here as JSON")
     return p.parse_args(argv)
 
@@ -371,6 +373,14 @@ def print_parts(label: str, before: Evaluation, after: Evaluation) -> dict[str, 
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The run in `--art-path` (kept), or in a temporary folder removed at the end (its checkpoints take ~440 MB)."""
+    if args.art_path:
+        return await run_in(args, Path(args.art_path))
+    with tempfile.TemporaryDirectory(prefix="art-learning-") as folder:
+        return await run_in(args, Path(folder))
+
+
+async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     from art_agents import (
         LocalBackend,
         ModelConfig,
@@ -382,7 +392,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.perf_counter()
     deadline = started + 60 * args.budget_min
-    art_path = Path(args.art_path or tempfile.mkdtemp(prefix="art-learning-"))
     if args.tiny:
         from art_agents.server.tiny_model import build_tiny_model
 

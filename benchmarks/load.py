@@ -100,30 +100,30 @@ async def trainer_loop(model: Any, stop_at: float, tally: Tally, steps: list[dic
         steps.append({"step": result.step, "train_s": time.perf_counter() - started})
 
 
-async def main(args: argparse.Namespace) -> dict[str, Any]:
+async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """The load run, with the tiny model and the server's files in `folder`."""
     from art_agents.backend import LocalBackend
     from art_agents.model import TrainableModel
     from art_agents.server.tiny_model import build_tiny_model
     from art_agents.server.token_store import TokenStore
 
-    folder = Path(tempfile.mkdtemp(prefix="art-load-"))
     tiny = build_tiny_model(folder / "tiny")
     backend = LocalBackend(folder / "art")
     model = TrainableModel(name="load", project="bench", base_model=str(tiny))
-    await model.register(backend)
-    assert backend._process is not None
-    pid = backend._process.pid
     tally, steps, memory = Tally(), [], {}
-    began = time.monotonic()
-    stop_at = began + 60 * args.minutes
+    try:  # the server stops (even if registering fails) before the caller removes its folder
+        await model.register(backend)
+        assert backend._process is not None
+        pid = backend._process.pid
+        began = time.monotonic()
+        stop_at = began + 60 * args.minutes
 
-    async def sample_memory() -> None:
-        while time.monotonic() < stop_at:
-            await asyncio.sleep(5)
-            minute = int((time.monotonic() - began) // 60) + 1
-            memory[minute] = resident_mb(pid)
+        async def sample_memory() -> None:
+            while time.monotonic() < stop_at:
+                await asyncio.sleep(5)
+                minute = int((time.monotonic() - began) // 60) + 1
+                memory[minute] = resident_mb(pid)
 
-    try:
         await asyncio.gather(
             *(client_loop(i, backend.base_url, "load", stop_at, tally, args.max_tokens) for i in range(args.clients)),
             trainer_loop(model, stop_at, tally, steps),
@@ -160,7 +160,8 @@ if __name__ == "__main__":
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--json-out")
     options = parser.parse_args()
-    result = asyncio.run(main(options))
+    with tempfile.TemporaryDirectory(prefix="art-load-") as folder:
+        result = asyncio.run(main(options, Path(folder)))
     print(json.dumps(result, indent=2))
     if options.json_out:
         Path(options.json_out).write_text(json.dumps(result, indent=2))

@@ -156,7 +156,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-shaping", action="store_true", help="pass/fail reward only")
     p.add_argument("--scenarios-out", type=Path, help="write the scenarios here as JSONL")
-    p.add_argument("--keep", action="store_true", help="keep the temporary art path")
+    p.add_argument("--keep", action="store_true", help="keep the temporary art path (printed at the end)")
     p.add_argument("--result", type=Path, help="write the full result (both evaluations, per task) here as JSON")
     return p.parse_args(argv)
 
@@ -172,6 +172,18 @@ def server_command(args: argparse.Namespace) -> list[str]:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
+    """The run in a temporary folder, removed at the end however the run ends, unless `--keep`."""
+    art_path = Path(tempfile.mkdtemp(prefix="art-mcp-rl-"))
+    try:
+        return await run_in(args, art_path)
+    finally:
+        if args.keep:
+            print(f"kept the art path {art_path}")
+        else:
+            shutil.rmtree(art_path, ignore_errors=True)
+
+
+async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     from art_agents import (
         LocalBackend,
         ModelConfig,
@@ -184,7 +196,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
     started = time.perf_counter()
     deadline = started + 60 * args.budget_min
-    art_path = Path(tempfile.mkdtemp(prefix="art-mcp-rl-"))
     if args.tiny:
         from art_agents.server.tiny_model import build_tiny_model
 
@@ -265,8 +276,6 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             after, _ = await measure(await model.get_step())
     finally:
         await backend.close()
-        if not args.keep:
-            shutil.rmtree(art_path, ignore_errors=True)
     return summarise(before, after, time.perf_counter() - started, step_s)
 
 

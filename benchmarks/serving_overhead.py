@@ -73,18 +73,17 @@ def _length(row: list[int], pad: int, eos: int) -> int:
     return next((i + 1 for i, t in enumerate(row) if t == eos), len([t for t in row if t != pad]))
 
 
-def served(model_path: str, messages: list[list[dict]], max_tokens: int) -> tuple[float, float, int, int]:
-    """The same through the real server and the OpenAI SDK."""
+def served(model_path: str, messages: list[list[dict]], max_tokens: int, folder: Path) -> tuple[float, float, int, int]:
+    """The same through the real server (keeping its files in `folder`) and the OpenAI SDK."""
     import openai
     import uvicorn
 
     from art_agents.server.app import create_app
 
     port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(Path(tempfile.mkdtemp())), host="127.0.0.1", port=port, log_level="warning")
-    )
-    threading.Thread(target=server.run, daemon=True).start()
+    server = uvicorn.Server(uvicorn.Config(create_app(folder), host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
     while not server.started:
         time.sleep(0.05)
     try:
@@ -114,6 +113,7 @@ def served(model_path: str, messages: list[list[dict]], max_tokens: int) -> tupl
         return asyncio.run(run())
     finally:
         server.should_exit = True
+        thread.join(timeout=30)  # shut down before the caller removes its folder
 
 
 def main() -> None:
@@ -122,14 +122,15 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--model", help="model folder (default: build the tiny model in a temp folder)")
     args = parser.parse_args()
-    model_path = args.model
-    if model_path is None:
-        from art_agents.server.tiny_model import build_tiny_model
-
-        model_path = str(build_tiny_model(Path(tempfile.mkdtemp()) / "tiny"))
     messages = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(args.prompts)]
-    raw = raw_generate(model_path, messages, args.max_tokens)
-    srv = served(model_path, messages, args.max_tokens)
+    with tempfile.TemporaryDirectory(prefix="art-serving-") as folder:
+        model_path = args.model
+        if model_path is None:
+            from art_agents.server.tiny_model import build_tiny_model
+
+            model_path = str(build_tiny_model(Path(folder) / "tiny"))
+        raw = raw_generate(model_path, messages, args.max_tokens)
+        srv = served(model_path, messages, args.max_tokens, Path(folder) / "art")
     for label, i in (("sequential", 0), ("concurrent/batched", 1)):
         raw_per_token, srv_per_token = raw[i] / raw[i + 2], srv[i] / srv[i + 2]
         print(

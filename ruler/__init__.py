@@ -2,12 +2,14 @@
 
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import InvalidJudgement, JudgeCall, JudgeScore, RulerError, parse_judgement
+from art_agents.ruler.llm import Backoff
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, common_prefix_length, render_judge_messages
 from art_agents.ruler.score import DEFAULT_JUDGE, RulerResult, kendall_tau, pass_orders, ruler, ruler_score_group
 
 __all__ = [
     "DEFAULT_JUDGE",
     "DEFAULT_RUBRIC",
+    "Backoff",
     "InvalidJudgement",
     "JudgeCache",
     "JudgeCall",

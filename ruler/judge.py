@@ -2,8 +2,9 @@
 
 Local judges answer scores of 7, forget an id, or score one twice; ART's RULER then fails the
 step. Here every answer is checked (each id exactly once, no strangers, scores in [0, 1]); a bad
-answer is shown back to the judge with what was wrong, a timeout or overloaded endpoint is asked
-again, at most `max_attempts` calls in all, after which `RulerError` says what each attempt got.
+answer is shown back to the judge with what was wrong, a timeout, rate limit or overloaded endpoint
+is asked again after a backoff, at most `max_attempts` calls in all, after which `RulerError` says
+what each attempt got.
 """
 
 from __future__ import annotations
@@ -16,7 +17,16 @@ from pydantic import BaseModel
 
 from art_agents.errors import ArtError
 from art_agents.ruler.cache import JudgeCache
-from art_agents.ruler.llm import CannotCall, InvalidAnswer, LLMCall, NoValidAnswer, ask_until_valid, load_json
+from art_agents.ruler.llm import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    CannotCall,
+    InvalidAnswer,
+    LLMCall,
+    NoValidAnswer,
+    ask_until_valid,
+    load_json,
+)
 
 
 class RulerError(ArtError):
@@ -135,6 +145,7 @@ async def judge(
     max_attempts: int = 3,
     cache: JudgeCache | None = None,
     litellm_params: dict[str, Any] | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
 ) -> Judgement:
     """Ask the judge until it gives a valid answer, at most `max_attempts` requests."""
     key = JudgeCache.key(judge_model, rubric, messages, response_format or {})
@@ -152,6 +163,7 @@ async def judge(
             max_attempts=max_attempts,
             response_format=response_format,
             litellm_params=litellm_params,
+            backoff=backoff,
         )
     except (CannotCall, NoValidAnswer) as exc:
         raise RulerError.of(exc) from exc

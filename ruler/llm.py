@@ -1,26 +1,35 @@
 """One LiteLLM conversation that asks again until the answer validates, with its cost accounted.
 
 The RULER judge and the AutoRL/MCP•RL generators share it: a bad answer is shown back to the model
-with the problem named, a timeout or overloaded endpoint is asked again, at most `max_attempts`
-requests in all (LiteLLM's own retries are off, so the bound is real), and every request's tokens
-and price are kept.
+with the problem named at once, a timeout, rate limit or overloaded endpoint is asked again after a
+`Backoff` wait (the server's Retry-After when it sends one), at most `max_attempts` requests in all
+(LiteLLM's own retries are off, so the bound is real and every request is seen), and every request's
+tokens and price are kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import math
+import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from art_agents.errors import ArtError
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+logger = logging.getLogger(__name__)
 
 
 class LLMCall(BaseModel):
@@ -131,6 +140,63 @@ def retryable_errors() -> tuple[type[BaseException], ...]:
     )
 
 
+# A few lines of our own, not LiteLLM's retries (they hide requests from the bound and the accounting)
+# nor tenacity (not a dependency of litellm, so it would be one more for the `ruler` extra).
+class Backoff(BaseModel):
+    """How long to wait before asking again after a timeout, rate limit or 5xx.
+
+    Asking an overloaded endpoint again at once only adds to its load and spends the attempts in
+    milliseconds. The n-th wait is `initial_s * 2**(n-1)` capped at `max_s`, shortened at random by up
+    to `jitter` of itself so that many callers throttled together do not return together. A server's
+    `Retry-After` (or `retry-after-ms`) is waited at least, still capped at `max_s`.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    initial_s: float = Field(1.0, ge=0, description="The first wait, in seconds; each further one doubles.")
+    max_s: float = Field(60.0, ge=0, description="No wait is longer, not even one a Retry-After asks for.")
+    jitter: float = Field(0.5, ge=0, le=1, description="The largest random share taken off a wait (1: full jitter).")
+
+    def wait_s(self, failures: int, retry_after_s: float | None = None) -> float:
+        """The wait after the `failures`-th failed request (1 for the first)."""
+        exponent = min(failures - 1, 64)  # past any sensible max_s; keeps 2**n a finite float
+        wait = min(self.max_s, self.initial_s * 2.0**exponent) * (1 - self.jitter * random.random())
+        if retry_after_s is not None:
+            wait = max(wait, retry_after_s)
+        return min(self.max_s, wait)
+
+
+DEFAULT_BACKOFF = Backoff()
+
+
+def retry_after_s(exc: BaseException) -> float | None:
+    """The wait a failed response asked for in `retry-after-ms` or `Retry-After` (seconds or an HTTP
+    date), or None when it named none."""
+    headers: Mapping[str, str] | None = getattr(exc, "litellm_response_headers", None) or getattr(
+        getattr(exc, "response", None), "headers", None
+    )
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v).strip() for k, v in headers.items()}
+    if (milliseconds := _number(lowered.get("retry-after-ms", ""))) is not None:
+        return milliseconds / 1000
+    value = lowered.get("retry-after", "")
+    if (seconds := _number(value)) is not None or not value:
+        return seconds
+    try:
+        return max(0.0, (parsedate_to_datetime(value) - datetime.now(UTC)).total_seconds())
+    except (TypeError, ValueError):  # neither seconds nor a date: ignored, as HTTP clients do
+        return None
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 def _cost(response: Any) -> float | None:
     """LiteLLM's price of a response, or None for models missing from its price map (local models)."""
     hidden = getattr(response, "_hidden_params", None) or {}
@@ -167,11 +233,13 @@ async def ask_until_valid(
     max_attempts: int = 3,
     response_format: dict[str, Any] | None = None,
     litellm_params: dict[str, Any] | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
 ) -> Answer[T]:
     """Call `model` until `parse` accepts its answer (raising InvalidAnswer otherwise).
 
-    `reask(problem)` is the user message that follows a rejected answer. Raises CannotCall for an
-    error that asking again cannot fix, NoValidAnswer when every attempt failed.
+    `reask(problem)` is the user message that follows a rejected answer, sent at once; a request that
+    fails in transit (`retryable_errors`) is sent again after `backoff`'s wait. Raises CannotCall for
+    an error that asking again cannot fix, NoValidAnswer when every attempt failed.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
@@ -196,6 +264,19 @@ async def ask_until_valid(
                     reached=False,
                 )
             )
+            if attempt < max_attempts:
+                asked = retry_after_s(exc)
+                wait = backoff.wait_s(sum(not c.reached for c in calls), asked)
+                logger.warning(
+                    "%s: attempt %d of %d failed (%s); asking again in %.2f s%s",
+                    model,
+                    attempt,
+                    max_attempts,
+                    type(exc).__name__,
+                    wait,
+                    "" if asked is None else f" (Retry-After: {asked:g} s)",
+                )
+                await asyncio.sleep(wait)
             continue
         except Exception as exc:
             raise CannotCall(f"{model!r} cannot be called: {type(exc).__name__}: {exc}") from exc
@@ -224,6 +305,7 @@ async def ask_for_object(
     example: str,
     max_attempts: int = 3,
     litellm_params: dict[str, Any] | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
 ) -> Answer[M]:
     """One JSON object validated as `kind` (asked for with its JSON schema), re-asked with the problem
     named and `example` (the expected shape) until it validates."""
@@ -247,4 +329,5 @@ async def ask_for_object(
             "json_schema": {"name": schema_name, "schema": kind.model_json_schema()},
         },
         litellm_params=litellm_params,
+        backoff=backoff,
     )

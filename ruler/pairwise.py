@@ -12,7 +12,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from art_agents.ruler.judge import RulerError
-from art_agents.ruler.llm import CallTotals, CannotCall, LLMCall, NoValidAnswer, ask_for_object
+from art_agents.ruler.llm import (
+    DEFAULT_BACKOFF,
+    Backoff,
+    CallTotals,
+    CannotCall,
+    LLMCall,
+    NoValidAnswer,
+    ask_for_object,
+)
 
 Outcome = Literal["win", "loss", "tie"]
 
@@ -61,6 +69,7 @@ async def compare_answers(
     instructions: str | None = None,
     swap: bool = False,
     max_attempts: int = 3,
+    backoff: Backoff = DEFAULT_BACKOFF,
     **litellm_params: Any,
 ) -> PairJudgement:
     """Judge `candidate` against `baseline` for `request`; `swap=True` shows the baseline first."""
@@ -78,6 +87,7 @@ async def compare_answers(
             example=VERDICT_FORMAT,
             max_attempts=max_attempts,
             litellm_params=litellm_params,
+            backoff=backoff,
         )
     except (CannotCall, NoValidAnswer) as exc:
         raise RulerError.of(exc) from exc

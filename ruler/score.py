@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import JudgeCall, Judgement, judge
-from art_agents.ruler.llm import CallTotals
+from art_agents.ruler.llm import DEFAULT_BACKOFF, Backoff, CallTotals
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, Messages, Tools, render_judge_messages, trajectory_ids
 from art_agents.ruler.prompt import response_format as answer_schema
 from art_agents.trajectory import TrajectoryGroup
@@ -44,6 +44,8 @@ def pass_orders(count: int, passes: int) -> list[list[int]]:
     return orders
 
 
+# Hand-written: scipy.stats.kendalltau would need scipy, a dependency of no extra; tests/test_ruler_prompt.py checks
+# it against scipy's published example and the textbook tie-group formula.
 def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float:
     """Kendall tau-b of two score lists: 1 same ranking, -1 reversed; ties handled.
 
@@ -90,6 +92,7 @@ async def ruler(
     passes: int = 1,
     max_attempts: int = 3,
     cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
+    backoff: Backoff = DEFAULT_BACKOFF,
     **litellm_params: Any,
 ) -> RulerResult:
     """Score conversations relative to each other with one judge call per pass.
@@ -97,7 +100,7 @@ async def ruler(
     `judge_model` is any LiteLLM model string; `litellm_params` (api_base, api_key, temperature,
     timeout...) go to `litellm.acompletion` as given; `response_format=None` sends no JSON schema,
     for endpoints that reject one (answers are validated either way). `cache_dir=None` disables the
-    cache.
+    cache. `backoff` sets the waits before asking again after a timeout, rate limit or 5xx.
     """
     if not message_lists:
         raise ValueError("ruler needs at least one conversation to score")
@@ -116,6 +119,7 @@ async def ruler(
             max_attempts=max_attempts,
             cache=cache,
             litellm_params=litellm_params,
+            backoff=backoff,
         )
         for call in judgement.calls:
             call.pass_index = pass_index
@@ -150,6 +154,7 @@ async def ruler_score_group(
     swallow_exceptions: bool = False,
     max_attempts: int = 3,
     cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
+    backoff: Backoff = DEFAULT_BACKOFF,
     **extra_litellm_params: Any,
 ) -> TrajectoryGroup | None:
     """A new group whose rewards are the judge's scores; usable as `after_each` in a gather.
@@ -173,6 +178,7 @@ async def ruler_score_group(
             passes=passes,
             max_attempts=max_attempts,
             cache_dir=cache_dir,
+            backoff=backoff,
             **extra_litellm_params,
         )
     except Exception as exc:

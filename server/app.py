@@ -95,6 +95,8 @@ class ChatCompletionRequest(BaseModel):
         return self
 
 
+# Hand-written: Starlette's max_body_size (1.6+) answers a declared oversize body with a bare text/plain 413, without
+# the hint below, and FastAPI's runs before the API-key check, so a stranger would get 413 instead of 401.
 class _BodyLimit:
     """Refuses request bodies over `limit` bytes with a 413, declared or streamed."""
 
@@ -162,10 +164,12 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     test_engines: bool = False,
     model_dirs: Sequence[str | Path] | None = None,
+    serve_models: Sequence[wire.RegisterRequest] = (),
 ) -> FastAPI:
     """The server app. Without an `api_key` only loopback Host headers are served (a web page cannot
     reach it through DNS rebinding). With `model_dirs`, local base models must lie inside them (hub ids
-    always load); None allows any folder. `test_engines` lets tests register the scripted engine."""
+    always load); None allows any folder. `serve_models` are registered at start-up (after the models
+    already in `art_path` reopen). `test_engines` lets tests register the scripted engine."""
     service = ArtService(art_path, test_engines=test_engines, sources=ModelSources.of(model_dirs))
 
     @asynccontextmanager
@@ -173,6 +177,8 @@ def create_app(
         # TRL (~85 MB) is imported now, not by the first train call: the process reaches its size before serving
         await asyncio.to_thread(importlib.import_module, "trl.trainer.utils")
         await service.open_all()
+        for request in serve_models:
+            await service.register(request)
         yield
         await service.close()
 
@@ -285,6 +291,8 @@ async def _watch_disconnect(request: Request, cancel: threading.Event, every_s: 
     cancel.set()
 
 
+# Hand-written SSE: OpenAI's stream is bare `data:` lines ending in [DONE]; fastapi.sse streams only from generator
+# routes (this one also answers JSON and refuses before the 200) and adds pings; sse-starlette is no server dependency.
 def _chunk(completion_id: str, model: str, created: int, choices: list[dict[str, Any]], **extra: Any) -> str:
     body = {
         "id": completion_id,

@@ -8,6 +8,9 @@ from typing import Annotated
 
 import typer
 
+from art_agents.backend import DEFAULT_ART_PATH
+from art_agents.wire import RegisterRequest
+
 LOOPBACK_NAMES = {"localhost"}
 
 
@@ -30,9 +33,9 @@ def check_bind(host: str, api_key: str | None) -> None:
 
 
 def serve(
-    art_path: Annotated[Path, typer.Option(help="Folder with the models, checkpoints and token stores.")] = Path(
-        ".art"
-    ),
+    art_path: Annotated[
+        Path, typer.Option(help="Folder with the models, checkpoints and token stores.")
+    ] = DEFAULT_ART_PATH,
     host: Annotated[str, typer.Option(help="Address to bind; anything but loopback needs --api-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="TCP port to listen on.")] = 8000,
     api_key: Annotated[
@@ -51,10 +54,18 @@ def serve(
     exit_with_parent: Annotated[
         int | None, typer.Option(help="Shut down when the process with this pid exits (LocalBackend sets it).")
     ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="Register this model name at start-up (with --base-model), as clients would.")
+    ] = None,
+    base_model: Annotated[
+        str | None, typer.Option(help="Hub id or local folder of --model's base model (a new model's step 0).")
+    ] = None,
+    project: Annotated[str, typer.Option(help="Project folder of --model under --art-path.")] = "default",
 ) -> None:
     """Serve the OpenAI-compatible API and the training routes."""
     try:
         check_bind(host, api_key)
+        serve_models = _start_up_models(model, base_model, project)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -70,8 +81,27 @@ def serve(
 
         watch_parent(exit_with_parent)
     folders = model_dir if model_dir or not is_loopback(host) else None
-    app = create_app(art_path, api_key=api_key, model_dirs=folders)
+    app = create_app(art_path, api_key=api_key, model_dirs=folders, serve_models=serve_models)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
+
+
+def _start_up_models(model: str | None, base_model: str | None, project: str) -> list[RegisterRequest]:
+    """`--model` with `--base-model`, checked before the server loads anything (a wrong path fails in seconds)."""
+    if model is None and base_model is None:
+        return []
+    if model is None or base_model is None:
+        raise ValueError("--model and --base-model go together: --model NAME --base-model PATH_OR_HUB_ID")
+    from art_agents.names import check_safe_name
+    from art_agents.server.errors import ServiceError
+    from art_agents.server.model_sources import ModelSources
+
+    check_safe_name(model, "--model")
+    check_safe_name(project, "--project")
+    try:
+        ModelSources.find(base_model)
+    except ServiceError as exc:
+        raise ValueError(exc.detail) from exc
+    return [RegisterRequest(name=model, project=project, base_model=base_model)]
 
 
 def tiny_model(
@@ -88,15 +118,26 @@ def tiny_model(
 
 
 def quickstart(
-    steps: Annotated[int, typer.Option(help="Training steps.")] = 20,
+    steps: Annotated[int, typer.Option(help="Train until the model's checkpoint reaches this step.")] = 20,
     art_path: Annotated[
-        Path, typer.Option(help="Folder for the quickstart's model, checkpoints and token store.")
-    ] = Path(".art-quickstart"),
+        Path, typer.Option(help="Server folder (the quickstart's model lives in quickstart/ inside it).")
+    ] = DEFAULT_ART_PATH,
+    fresh: Annotated[
+        bool, typer.Option(help="Delete the quickstart's earlier checkpoints and start at step 0.")
+    ] = False,
 ) -> None:
-    """Train the tiny model offline on a toy reward and print the reward going up."""
-    from art_agents.server.quickstart import run_quickstart
+    """Train the tiny model offline on a toy reward and print the reward going up; a rerun continues."""
+    from art_agents.cli import run_job
+    from art_agents.server.quickstart import model_folder, train_quickstart
 
-    run_quickstart(steps=steps, art_path=str(art_path))
+    def interrupted() -> str:
+        from art_agents.server.checkpoints import latest_step
+
+        step = latest_step(model_folder(art_path))
+        saved = f"checkpoint {step} is saved" if step is not None else "nothing was saved yet"
+        return f"{saved} in {model_folder(art_path)}; rerun `art-agents quickstart` to continue"
+
+    run_job(lambda: train_quickstart(steps, art_path, fresh=fresh), interrupted)
 
 
 def register(app: typer.Typer) -> None:

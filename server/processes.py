@@ -7,22 +7,26 @@ import signal
 import threading
 import time
 
+import psutil
+
 
 def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether a process with this pid exists (a temp folder records only the pid, so a reused pid counts)."""
+    return psutil.pid_exists(pid)
 
 
 def exit_with_parent(pid: int, *, interval_s: float = 1.0) -> threading.Thread:
-    """Send ourselves SIGTERM (uvicorn's graceful shutdown) once `pid` is gone or we were re-parented."""
+    """Send ourselves SIGTERM (uvicorn's graceful shutdown) once `pid` is gone or we were re-parented.
+
+    psutil remembers the parent's start time, so a new process that reuses its pid is not taken for it.
+    """
+    try:
+        parent: psutil.Process | None = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        parent = None
 
     def watch() -> None:
-        while is_alive(pid) and os.getppid() == pid:
+        while parent is not None and parent.is_running() and os.getppid() == pid:
             time.sleep(interval_s)
         os.kill(os.getpid(), signal.SIGTERM)
 

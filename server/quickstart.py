@@ -8,10 +8,12 @@ characters of a short completion that are the letter "a".
 
 from __future__ import annotations
 
-import asyncio
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from art_agents.backend import DEFAULT_ART_PATH
 from art_agents.capture import rollout
 from art_agents.gather import gather_trajectory_groups
 from art_agents.train_config import ModelConfig, TrainConfig
@@ -22,10 +24,13 @@ if TYPE_CHECKING:
 
     from art_agents.model import TrainableModel
 
+PROJECT = "quickstart"
 TARGET = "a"
 PROMPTS = ["Write the letter a, many times.", "Say aaaa!", "Only use the letter a."]
 ROLLOUTS_PER_GROUP = 8
 MAX_TOKENS = 8
+# Rounds in a row without an update (every group scored alike) after which the toy task has converged.
+MAX_ROUNDS_WITHOUT_UPDATE = 3
 # A random tiny model needs a large step size to move in ~20 steps; real models want TrainConfig's defaults.
 TOY_CONFIG = TrainConfig(learning_rate=2e-2, micro_batch_size=24)
 # A random model's tied, small-initialised embeddings cap how far attention LoRAs can move its logits (the final
@@ -59,14 +64,48 @@ async def _one_rollout(client: AsyncOpenAI, model: TrainableModel, prompt: str, 
 
 
 async def rollout_groups(
-    client: AsyncOpenAI, model: TrainableModel, step: int, *, rollouts: int = ROLLOUTS_PER_GROUP
+    client: AsyncOpenAI, model: TrainableModel, step: int, *, rollouts: int = ROLLOUTS_PER_GROUP, attempt: int = 0
 ) -> list[TrajectoryGroup]:
-    """One group per prompt, `rollouts` seeded attempts each (seeds differ per step, so runs repeat exactly)."""
+    """One group per prompt, `rollouts` seeded attempts each.
+
+    Seeds follow the step (and the attempt at it, after a round without an update), so a run, resumed
+    or not, repeats exactly.
+    """
+    base = 10_000 * step + 1_000 * attempt
     groups = [
-        TrajectoryGroup(_one_rollout(client, model, prompt, seed=10_000 * step + 100 * p + i) for i in range(rollouts))
+        TrajectoryGroup(_one_rollout(client, model, prompt, seed=base + 100 * p + i) for i in range(rollouts))
         for p, prompt in enumerate(PROMPTS)
     ]
-    return await gather_trajectory_groups(groups, pbar_desc=False)  # type: ignore[arg-type]
+    return await gather_trajectory_groups(groups, pbar_desc=None)
+
+
+@dataclass
+class ToyRound:
+    """One round of the toy task: rollouts sampled from `step`, and the checkpoint the update made (if any)."""
+
+    step: int
+    reward: float
+    best: float
+    trained_step: int | None
+    metrics: dict[str, float]
+
+
+HEADER = (
+    f"{'sampled from':>12}  {'reward':>7}  {'best':>5}  {'entropy':>7}  {'sampler gap':>11}  "
+    f"{'skipped: no reward spread':>25}  {'saved as':>11}"
+)
+
+
+def _row(round_: ToyRound) -> str:
+    m = round_.metrics
+    entropy = f"{m['entropy']:.3f}" if "entropy" in m else "-"  # absent when every group was skipped
+    gap = f"{m['logprob_gap_sampler']:.1e}" if "logprob_gap_sampler" in m else "-"
+    skipped = f"{int(m.get('groups_skipped_zero_variance', 0))}/{len(PROMPTS)} groups"
+    saved = f"step {round_.trained_step}" if round_.trained_step is not None else "not trained"
+    return (
+        f"{'step ' + str(round_.step):>12}  {round_.reward:>7.3f}  {round_.best:>5.2f}  {entropy:>7}  {gap:>11}  "
+        f"{skipped:>25}  {saved:>11}"
+    )
 
 
 async def train_toy_task(
@@ -76,55 +115,85 @@ async def train_toy_task(
     *,
     rollouts: int = ROLLOUTS_PER_GROUP,
     echo: bool = True,
-) -> list[float]:
-    """Alternate rollouts and GRPO steps; returns the mean reward at steps 0..steps (the last one is not trained on)."""
-    rewards: list[float] = []
+) -> list[ToyRound]:
+    """Roll out and train until the model's checkpoint reaches `steps`, then roll out once more (not trained on).
+
+    A round whose groups all scored alike trains nothing (GRPO has no signal) and is retried with new
+    seeds; after `MAX_ROUNDS_WITHOUT_UPDATE` such rounds in a row the reward has nothing left to teach
+    and the run stops early. Returns every round, the untrained last one included.
+    """
+    rounds: list[ToyRound] = []
     client = model.openai_client()
     if echo:
-        print(f"{'step':>4}  {'reward':>7}  {'best':>5}  {'entropy':>7}  {'sampler gap':>11}  {'skipped groups':>14}")
-    for step in range(steps + 1):
-        groups = await rollout_groups(client, model, step, rollouts=rollouts)
-        values = [r for g in groups for r in g.rewards()]
-        rewards.append(sum(values) / len(values))
-        if step == steps:
+        print(HEADER)
+    step, attempt = await model.get_step(), 0
+    try:
+        while True:
+            groups = await rollout_groups(client, model, step, rollouts=rollouts, attempt=attempt)
+            values = [r for g in groups for r in g.rewards()]
+            reward, best = sum(values) / len(values), max(values)
+            if step >= steps or attempt == MAX_ROUNDS_WITHOUT_UPDATE:
+                rounds.append(ToyRound(step, reward, best, None, {}))
+                if echo:
+                    print(f"{'step ' + str(step):>12}  {reward:>7.3f}  {best:>5.2f}  (after training; not trained on)")
+                break
+            result = await model.train(groups, config, progress=False)
+            trained = result.step if result.step > step else None
+            rounds.append(ToyRound(step, reward, best, trained, result.metrics))
             if echo:
-                print(f"{step:>4}  {rewards[-1]:>7.3f}  {max(values):>5.2f}  {'(after the last step)':>21}")
-            break
-        result = await model.train(groups, config, progress=False)
-        if echo:
-            m = result.metrics
-            skipped = int(m.get("groups_skipped_zero_variance", 0))
-            entropy = f"{m['entropy']:.3f}" if "entropy" in m else "-"  # absent when every group was skipped
-            gap = f"{m['logprob_gap_sampler']:.1e}" if "logprob_gap_sampler" in m else "-"
-            print(f"{step:>4}  {rewards[-1]:>7.3f}  {max(values):>5.2f}  {entropy:>7}  {gap:>11}  {skipped:>14}")
-    await client.close()
-    return rewards
+                print(_row(rounds[-1]))
+            step, attempt = (result.step, 0) if trained is not None else (step, attempt + 1)
+    finally:
+        await client.close()
+    if echo and attempt == MAX_ROUNDS_WITHOUT_UPDATE:
+        print(
+            f"stopped at step {step} of {steps}: {attempt} rounds in a row scored every rollout of a prompt alike, "
+            "so this reward has nothing left to teach"
+        )
+    return rounds
 
 
-def run_quickstart(steps: int = 20, art_path: str = ".art/quickstart") -> list[float]:
-    """Build the tiny model, serve it with a LocalBackend, train `steps` steps; returns the reward per step."""
-    return asyncio.run(_quickstart(steps, Path(art_path)))
+def model_folder(art_path: Path) -> Path:
+    return art_path / PROJECT / "models" / PROJECT
 
 
-async def _quickstart(steps: int, art_path: Path) -> list[float]:
+async def train_quickstart(
+    steps: int = 20, art_path: Path = DEFAULT_ART_PATH, *, fresh: bool = False
+) -> list[ToyRound]:
+    """Build the tiny model, serve it with a LocalBackend, train it to checkpoint `steps`.
+
+    A rerun continues where the last one stopped (the checkpoints are the state); `fresh=True`
+    deletes the quickstart's model first. Returns the rounds run (none when already at `steps`).
+    """
     from art_agents.backend import LocalBackend
     from art_agents.model import TrainableModel
     from art_agents.server.tiny_model import build_tiny_model
 
-    base = art_path / "tiny-model"
+    folder = model_folder(art_path)
+    if fresh and folder.exists():
+        shutil.rmtree(folder)
+    base = art_path / PROJECT / "tiny-model"
     if not (base / "config.json").exists():
         build_tiny_model(base)
-    print(f"tiny model: {base}")
     backend = LocalBackend(art_path)
     try:
-        model = TrainableModel(
-            name="quickstart", project="quickstart", base_model=str(base.resolve()), config=TOY_MODEL_CONFIG
-        )
+        model = TrainableModel(name=PROJECT, project=PROJECT, base_model=str(base.resolve()), config=TOY_MODEL_CONFIG)
         await model.register(backend)
-        first_step = await model.get_step()
-        print(f"serving {model.name}@{first_step} at {backend.base_url}; reward = fraction of '{TARGET}' in the reply")
-        rewards = await train_toy_task(model, steps)
+        first = await model.get_step()
+        if first >= steps:
+            print(
+                f"the quickstart model is already at step {first} (asked for {steps}) in {folder}; "
+                f"--steps {first + 10} trains further, --fresh starts over, `art-agents report` shows its history"
+            )
+            return []
+        resumed = f"resuming at step {first}: {steps - first} steps to go (--fresh starts over); " if first else ""
+        print(f"{resumed}serving {model.name}@{first} (tiny random model {base}) at {backend.base_url}")
+        print(f"reward = fraction of '{TARGET}' in the reply; {len(PROMPTS)} prompts x {ROLLOUTS_PER_GROUP} rollouts")
+        rounds = await train_toy_task(model, steps)
     finally:
         await backend.close()
-    print(f"reward went from {rewards[0]:.3f} to {rewards[-1]:.3f} ({rewards[-1] / max(rewards[0], 1e-9):.1f}x)")
-    return rewards
+    print(
+        f"reward went from {rounds[0].reward:.3f} at step {rounds[0].step} to {rounds[-1].reward:.3f} at step {rounds[-1].step}"
+    )
+    print(f"run data (checkpoints, history.jsonl, trajectories): {folder}; `art-agents report` shows it")
+    return rounds

@@ -51,6 +51,8 @@ def open_served_model(model_dir: Path, request: RegisterRequest) -> ServedModel:
     meta = model_dir / "model.json"
     if meta.exists():  # the stored registration wins: config is fixed at registration
         request = RegisterRequest.model_validate_json(meta.read_text(encoding="utf-8"))
+    if request.config.engine != "scripted":
+        ModelSources.find(request.base_model, request.config.gguf_file)
     try:
         engine = _load_engine(request.base_model, request.config)
     except ServiceError:

@@ -81,7 +81,10 @@ class ArtService:
         if served is None:
             known = ", ".join(sorted(self.models)) or "none"
             raise ServiceError(
-                404, f"model {name!r} is not registered on this server (registered: {known}); register it first"
+                404,
+                f"model {name!r} is not registered on this server (registered: {known}); register it with "
+                f"`await TrainableModel(name={name!r}, base_model=...).register(backend)`, or start the server with "
+                f"`art-agents serve --model {name} --base-model PATH_OR_HUB_ID`",
             )
         return served
 

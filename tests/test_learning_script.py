@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
+import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -72,14 +75,38 @@ def test_paired_ci_brackets_the_mean_difference(learning: ModuleType) -> None:
     assert mean == pytest.approx(35.0)
 
 
+def test_paired_ci_is_the_percentile_bootstrap(learning: ModuleType) -> None:
+    # 50 zeros and 50 ones: a resample's mean is Binomial(100, 1/2) / 100, whose 2.5% and 97.5% quantiles are known
+    before, after = [0.0] * 100, [0.0] * 50 + [1.0] * 50
+    cdf = list(itertools.accumulate(math.comb(100, k) / 2**100 for k in range(101)))
+    quantile_low = next(k for k, p in enumerate(cdf) if p >= 0.025) / 100
+    quantile_high = next(k for k, p in enumerate(cdf) if p >= 0.975) / 100
+    assert (quantile_low, quantile_high) == (0.40, 0.60)
+    mean, low, high = learning.paired_ci(before, after)
+    assert mean == 0.5
+    assert low == pytest.approx(quantile_low, abs=0.0101) and high == pytest.approx(quantile_high, abs=0.0101)
+
+    assert learning.paired_ci(before, after, seed=3) == learning.paired_ci(before, after, seed=3)
+    assert learning.paired_ci([1.0] * 20, [3.5] * 20) == (2.5, 2.5, 2.5)  # no spread, no width
+    _, fewer_low, fewer_high = learning.paired_ci(before[:20], after[40:60])  # 20 prompts, same mean
+    assert high - low < 0.6 * (fewer_high - fewer_low)  # five times the prompts: about 1/sqrt(5) of the width
+
+
+def test_paired_t_halfwidth(learning: ModuleType) -> None:
+    # differences 1, 2, 3, 4: sample sd sqrt(5/3), so 1.96 * sqrt(5/3) / 2
+    assert learning.paired_t_halfwidth([0.0] * 4, [1.0, 2.0, 3.0, 4.0]) == pytest.approx(1.96 * math.sqrt(5 / 3) / 2)
+    assert math.isnan(learning.paired_t_halfwidth([0.0], [1.0]))
+
+
 def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
-    out = tmp_path / "result.json"
+    out, scratch = tmp_path / "result.json", tmp_path / "tmp"
+    scratch.mkdir()
     command = [
         sys.executable, str(SCRIPT), "--tiny", "--steps", "1", "--eval-limit", "4", "--prompts-per-step", "2",
-        "--group-size", "2", "--max-tokens", "6", "--lora-rank", "4", "--art-path", str(tmp_path / "art"),
-        "--json-out", str(out),
+        "--group-size", "2", "--max-tokens", "6", "--lora-rank", "4", "--json-out", str(out),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "compound reward" in done.stdout and "correctness" in done.stdout and "Q: " in done.stdout
     summary = json.loads(out.read_text())
@@ -90,4 +117,5 @@ def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
         <= summary["heldout"]["reward"]["diff"]
         <= summary["heldout"]["reward"]["ci95"][1]
     )
-    assert (tmp_path / "art" / "learning").is_dir()  # trained through the server's own model folders
+    assert f"art path {scratch}" in done.stdout  # without --art-path, a temporary folder...
+    assert not list(scratch.glob("art-*"))  # ...removed at the end (torch keeps its shared cache folder there)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,15 +60,18 @@ def test_reward_checks_the_final_answer(
 
 
 def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
-    out = tmp_path / "result.json"
+    out, scratch = tmp_path / "result.json", tmp_path / "tmp"
+    scratch.mkdir()
     command = [
         sys.executable, str(SCRIPT), "--tiny", "--steps", "1", "--eval-limit", "3", "--groups-per-step", "2",
         "--group-size", "2", "--max-tokens", "8", "--lora-rank", "4", "--result", str(out),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "task success" in done.stdout and "valid tool call" in done.stdout
     summary = json.loads(out.read_text())
     assert summary["steps"] == 1 and len(summary["before"]["items"]) == len(summary["after"]["items"]) == 3
     row = summary["rows"]["task success"]
     assert row["ci"][0] <= row["diff"] <= row["ci"][1]
+    assert not list(scratch.glob("art-*"))  # the temporary art path (tiny model, checkpoints) is removed

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
+import random
 import subprocess
 import sys
+from collections import Counter
 
 import pytest
 from ruler_fixtures import SYSTEM, conversation
@@ -124,6 +127,28 @@ def test_kendall_tau() -> None:
     assert kendall_tau([0.5, 0.5, 0.5], [0.1, 0.2, 0.3]) == 0.0
     assert kendall_tau([1, 2, 3, 4], [1, 2, 4, 3]) == pytest.approx(4 / 6)
     assert kendall_tau([1, 1, 2], [1, 2, 3]) == pytest.approx(2 / (2 * 3) ** 0.5)
+
+
+def test_kendall_tau_matches_scipy_and_the_tie_group_formula() -> None:
+    # scipy.stats.kendalltau's docstring example (ties in both lists): -0.47140452079103173
+    assert kendall_tau([12, 2, 1, 12, 2], [1, 4, 7, 1, 0]) == pytest.approx(-0.47140452079103173, abs=1e-12)
+
+    def tie_group_formula(a: list[int], b: list[int]) -> float:
+        """tau-b = (n_c - n_d) / sqrt((n0 - n1)(n0 - n2)), n1 and n2 summing t(t-1)/2 over each list's tie groups."""
+        n0 = len(a) * (len(a) - 1) / 2
+        n1, n2 = (sum(t * (t - 1) / 2 for t in Counter(x).values()) for x in (a, b))
+        signs = sum(
+            ((a[i] > a[j]) - (a[i] < a[j])) * ((b[i] > b[j]) - (b[i] < b[j]))
+            for i in range(len(a))
+            for j in range(i + 1, len(a))
+        )
+        return signs / math.sqrt((n0 - n1) * (n0 - n2))
+
+    rng = random.Random(0)
+    for size in (rng.randint(2, 12) for _ in range(200)):
+        a, b = [rng.randint(0, 3) for _ in range(size)], [rng.randint(0, 3) for _ in range(size)]
+        if len(set(a)) > 1 and len(set(b)) > 1:  # all ties on one side: the formula divides by zero
+            assert kendall_tau(a, b) == pytest.approx(tie_group_formula(a, b), abs=1e-12)
 
 
 def test_importing_ruler_does_not_import_litellm() -> None:

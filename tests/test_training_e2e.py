@@ -44,8 +44,9 @@ async def test_toy_reward_doubles_and_trains_the_sampled_tokens(tiny_model_path:
         assert metrics["logprob_gap_sampler"] < 1e-3  # same tokens at the same positions as sampled
 
         # then the toy task: the reward at the last step is at least twice that of step 0
-        rewards = await train_toy_task(model, steps=8, echo=False)
-        assert rewards[-1] >= 2 * rewards[0], rewards
+        rounds = await train_toy_task(model, steps=9, echo=False)
+        assert [r.step for r in rounds] == list(range(1, 10)) and rounds[-1].trained_step is None
+        assert rounds[-1].reward >= 2 * rounds[0].reward, rounds
         history = [
             json.loads(line)
             for line in (art_path / "e2e" / "models" / "toy" / "history.jsonl").read_text().splitlines()
