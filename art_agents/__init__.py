@@ -1,5 +1,6 @@
 """art-agents: train LLM agents with reinforcement learning on their own experience."""
 
+from art_agents import local, utils  # ART's `art.local` and `art.utils`, reachable as attributes too
 from art_agents.backend import Backend, LocalBackend, RemoteBackend
 from art_agents.capture import current_trajectory, record_completion, record_tool_call, rollout, span
 from art_agents.errors import ArtError, RolloutFailed, ServerError, TooManyExceptions
@@ -37,10 +38,12 @@ __all__ = [
     "current_trajectory",
     "gather_trajectories",
     "gather_trajectory_groups",
+    "local",
     "read_groups",
     "record_completion",
     "record_tool_call",
     "rollout",
     "span",
+    "utils",
     "write_groups",
 ]

@@ -2,7 +2,8 @@
 
 `RemoteBackend` talks to an `art-agents serve` anywhere; `LocalBackend` starts one as a child
 process on this machine and talks to it the same way, so both keep one contract (and a crash of
-the training process cannot take the user's rollout code down with it).
+the training process cannot take the user's rollout code down with it). `LocalBackend(in_process=True)`
+runs the same server in a thread of this process instead, as ART's `in_process` does.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -25,6 +27,8 @@ from art_agents.wire import (
     API_PREFIX,
     CheckpointInfo,
     DeleteCheckpointsRequest,
+    LogRequest,
+    LogResult,
     ModelInfo,
     RegisterRequest,
     StepInfo,
@@ -38,8 +42,72 @@ DEFAULT_ART_PATH = Path(".art")
 
 if TYPE_CHECKING:
     import httpx
+    import uvicorn
 
     from art_agents.model import TrainableModel
+
+# ART's training options (its `_config` dict, `art.dev.TrainConfig`, and the keywords of its `backend.train`) that
+# this trainer has, by TrainConfig field.
+ART_TRAIN_FIELDS = {
+    "learning_rate": "learning_rate",
+    "beta": "beta",
+    "kl_penalty_coef": "beta",
+    "epsilon": "epsilon",
+    "epsilon_high": "epsilon_high",
+    "scale_rewards": "scale_rewards",
+    "truncated_importance_sampling": "tis_cap",
+}
+_ANY = object()
+# ART options accepted at the values that match what this trainer does anyway, or (_ANY) that only tune speed or
+# debugging output of ART's own trainer. Other values, and every option not listed, are refused by name.
+ART_TRAIN_NEUTRAL: dict[str, Any] = {
+    "allow_training_without_logprobs": _ANY,  # turns without stored tokens are re-tokenized and counted here
+    "precalculate_logprobs": _ANY,
+    "logprob_calculation_chunk_size": _ANY,
+    "plot_tensors": (False,),
+    "importance_sampling_level": ("token",),
+    "advantage_balance": (0, 0.0),
+    "scale_learning_rate_by_reward_std_dev": (False,),
+    "num_trajectories_learning_rate_multiplier_power": (0, 0.0),
+    "mask_prob_ratio": (False,),
+    "kimi_k2_tau": (None,),
+    "save_checkpoint": (True,),
+}
+
+
+def art_train_config(
+    config: TrainConfig | None, dev_config: Mapping[str, Any] | None = None, **options: Any
+) -> TrainConfig:
+    """`config` with ART's training options applied (`_config`, or `backend.train` keywords; these win).
+
+    Mapped: learning_rate, beta / kl_penalty_coef (KL penalty), epsilon, epsilon_high, scale_rewards,
+    truncated_importance_sampling (tis_cap), and normalize_by_length=False (loss="dr_grpo"). Speed and
+    debugging knobs of ART's trainer are accepted and ignored; anything else raises ArtError naming it.
+    """
+    given = {**(dev_config or {}), **options}
+    updates: dict[str, Any] = {}
+    refused: list[str] = []
+    for key, value in given.items():
+        neutral = ART_TRAIN_NEUTRAL.get(key)
+        if key in ART_TRAIN_FIELDS:
+            updates[ART_TRAIN_FIELDS[key]] = value
+        elif key == "normalize_by_length" and isinstance(value, bool):
+            if not value:
+                updates["loss"] = "dr_grpo"
+            elif (config or TrainConfig()).loss == "dr_grpo":
+                refused.append("normalize_by_length=True with loss='dr_grpo'")
+        elif neutral is _ANY or (neutral is not None and value in neutral):
+            continue
+        else:
+            refused.append(f"{key}={value!r}")
+    if refused:
+        raise ArtError(
+            f"training options not supported by art-agents: {', '.join(refused)}. Supported: "
+            f"{', '.join(sorted(ART_TRAIN_FIELDS))}, normalize_by_length; the rest of TrainConfig (loss, "
+            "num_iterations, max_staleness, ...) is set with art_agents.TrainConfig(...)"
+        )
+    base = config or TrainConfig()
+    return TrainConfig.model_validate({**base.model_dump(), **updates}) if updates else base
 
 
 @runtime_checkable
@@ -58,9 +126,22 @@ class Backend(Protocol):
         config: TrainConfig | None = None,
         *,
         progress: bool = True,
+        _config: Mapping[str, Any] | None = None,
+        verbose: bool = False,
     ) -> TrainResult: ...
+    async def log(
+        self,
+        model: TrainableModel,
+        groups: list[TrajectoryGroup],
+        split: str = "val",
+        *,
+        metrics: dict[str, float] | None = None,
+        step: int | None = None,
+    ) -> LogResult: ...
     async def list_checkpoints(self, model: TrainableModel) -> list[CheckpointInfo]: ...
-    async def delete_checkpoints(self, model: TrainableModel, steps: list[int] | None = None) -> list[int]: ...
+    async def delete_checkpoints(
+        self, model: TrainableModel, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = None
+    ) -> list[int]: ...
     async def close(self) -> None: ...
 
 
@@ -86,7 +167,9 @@ class RemoteBackend:
         return response.json()
 
     async def register(self, model: TrainableModel) -> ModelInfo:
-        body = RegisterRequest(name=model.name, project=model.project, base_model=model.base_model, config=model.config)
+        body = RegisterRequest(
+            name=model.name, project=model.project, base_model=model.base_model, config=model.server_config
+        )
         return ModelInfo.model_validate(await self._request("POST", "/models", json=body.model_dump(mode="json")))
 
     async def get_step(self, model: TrainableModel) -> int:
@@ -122,14 +205,28 @@ class RemoteBackend:
         config: TrainConfig | None = None,
         *,
         progress: bool = True,
+        _config: Mapping[str, Any] | None = None,
+        verbose: bool = False,
+        **options: Any,
     ) -> TrainResult:
-        """One GRPO step on the groups; returns when the new checkpoint is being served."""
+        """One GRPO step on the groups; returns when the new checkpoint is being served.
+
+        ART's `_config` dict and its `backend.train` keywords (`learning_rate=`, `epsilon=`, ...) are applied
+        to `config` by `art_train_config`, which refuses by name what this trainer cannot do. `verbose`
+        prints a line when the step starts and when it ends.
+        """
         from tqdm import tqdm  # text bars: tqdm.auto widgets show blank or stuck at 0% in stored notebooks
 
+        config = art_train_config(config, _config, **options)
+        groups = list(groups)
         validate_groups(groups)
+        if verbose:
+            print(
+                f"training {model.name} on {len(groups)} groups ({sum(len(g.trajectories) for g in groups)} rollouts)"
+            )
         result: TrainResult | None = None
         with tqdm(desc=f"train {model.name}", unit="seq", disable=not progress, leave=False) as bar:
-            async for event in self.train_events(model, groups, config or TrainConfig()):
+            async for event in self.train_events(model, groups, config):
                 if event.type == "error":
                     raise ArtError(f"training failed on the server: {event.error}")
                 if event.type == "progress":
@@ -140,14 +237,36 @@ class RemoteBackend:
                     result = event.result
         if result is None:
             raise ArtError("the server closed the train stream without a result; retry the same call")
+        if verbose:
+            shown = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("reward_mean", "loss"))
+            print(f"{model.name} now serves step {result.step}" + (f" ({shown})" if shown else ""))
         return result
+
+    async def log(
+        self,
+        model: TrainableModel,
+        groups: list[TrajectoryGroup],
+        split: str = "val",
+        *,
+        metrics: dict[str, float] | None = None,
+        step: int | None = None,
+    ) -> LogResult:
+        """Record evaluation groups for `split` at the served step (or `step`) without training."""
+        body = LogRequest(split=split, groups=groups, metrics=metrics or {}, step=step).model_dump_json()
+        headers = {"content-type": "application/json"}
+        data = await self._request("POST", f"/models/{model.name}/log", content=body, headers=headers)
+        return LogResult.model_validate(data)
 
     async def list_checkpoints(self, model: TrainableModel) -> list[CheckpointInfo]:
         rows = await self._request("GET", f"/models/{model.name}/checkpoints")
         return [CheckpointInfo.model_validate(row) for row in rows]
 
-    async def delete_checkpoints(self, model: TrainableModel, steps: list[int] | None = None) -> list[int]:
-        body = DeleteCheckpointsRequest(steps=steps).model_dump(mode="json")
+    async def delete_checkpoints(
+        self, model: TrainableModel, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = None
+    ) -> list[int]:
+        """Delete `steps`, or all but the latest and the best by `best_checkpoint_metric` (see the model's method)."""
+        request = DeleteCheckpointsRequest(steps=steps, best_checkpoint_metric=best_checkpoint_metric)
+        body = request.model_dump(mode="json")
         return list(await self._request("POST", f"/models/{model.name}/checkpoints/delete", json=body))
 
     async def close(self) -> None:
@@ -171,22 +290,44 @@ def _free_port() -> int:
 
 
 class LocalBackend(RemoteBackend):
-    """Runs `art-agents serve` as a child process on a free loopback port.
+    """Runs `art-agents serve` on a free loopback port: a child process, or a thread with `in_process=True`.
 
-    Needs the `server` extra (torch, transformers, peft, trl) in this Python environment.
-    Logs go to `<art_path>/server.log`.
+    Needs the `server` extra (torch, transformers, peft, trl) in this Python environment. `path` is
+    ART's name for `art_path`. The child process logs to `<art_path>/server.log` and cannot take the
+    rollout code down with it; in process, the server shares this process (and its logging) and
+    `close()` stops its thread. Both serve the same routes.
     """
 
     def __init__(
-        self, art_path: str | Path = DEFAULT_ART_PATH, *, port: int | None = None, startup_timeout: float = 300.0
+        self,
+        art_path: str | Path | None = None,
+        *,
+        path: str | Path | None = None,
+        in_process: bool = False,
+        port: int | None = None,
+        startup_timeout: float = 300.0,
     ) -> None:
-        self.art_path = Path(art_path).resolve()
+        if art_path is not None and path is not None:
+            raise ArtError("give the server folder once: LocalBackend(art_path) or LocalBackend(path=...), not both")
+        self.art_path = Path(art_path or path or DEFAULT_ART_PATH).resolve()
+        self.in_process = in_process
         self.port = port or _free_port()
         self.startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
         super().__init__(f"http://127.0.0.1:{self.port}")
 
+    @property
+    def path(self) -> Path:
+        """ART's name for `art_path`."""
+        return self.art_path
+
     async def start(self) -> None:
+        if self.in_process:
+            await self._start_thread()
+            return
         if self._process is not None and self._process.poll() is None:
             return
         self.art_path.mkdir(parents=True, exist_ok=True)
@@ -211,25 +352,63 @@ class LocalBackend(RemoteBackend):
         log.close()
         await self._wait_healthy()
 
+    async def _start_thread(self) -> None:
+        """Serve the app under uvicorn in a daemon thread of this process (what `art-agents serve` runs)."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        try:
+            import uvicorn
+
+            from art_agents.server.app import create_app
+        except ImportError as exc:
+            raise ArtError(
+                f"LocalBackend(in_process=True) needs the `server` extra ({exc}); pip install 'art-agents[server]'"
+            ) from exc
+        self.art_path.mkdir(parents=True, exist_ok=True)
+        app = await asyncio.to_thread(create_app, self.art_path)
+        config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self._server = server = uvicorn.Server(config)
+        self._thread_error = None
+
+        def serve() -> None:
+            try:
+                server.run()
+            except BaseException as exc:  # reported by _wait_healthy, not lost in a thread
+                self._thread_error = exc
+
+        self._thread = threading.Thread(target=serve, name=f"art-agents-server-{self.port}", daemon=True)
+        self._thread.start()
+        await self._wait_healthy()
+
+    def _server_gone(self) -> str | None:
+        """Why the server can no longer come up (it exited), or None while it may still."""
+        if self.in_process:
+            if self._thread is not None and not self._thread.is_alive():
+                cause = f": {type(self._thread_error).__name__}: {self._thread_error}" if self._thread_error else ""
+                return f"the in-process server stopped during start-up{cause} (see the log above)"
+            return None
+        if self._process is not None and self._process.poll() is not None:
+            return (
+                f"the local server exited with code {self._process.returncode}; see {self.art_path / 'server.log'} "
+                "(is the `server` extra installed? pip install 'art-agents[server]')"
+            )
+        return None
+
     async def _wait_healthy(self) -> None:
         import httpx
 
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise ArtError(
-                    f"the local server exited with code {self._process.returncode}; see {self.art_path / 'server.log'} "
-                    "(is the `server` extra installed? pip install 'art-agents[server]')"
-                )
+            if (gone := self._server_gone()) is not None:
+                raise ArtError(gone)
             try:
                 if (await self._http.get("/health", timeout=2)).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             await asyncio.sleep(0.2)
-        raise ArtError(
-            f"the local server did not answer /health within {self.startup_timeout:.0f}s; see {self.art_path / 'server.log'}"
-        )
+        where = "the log above" if self.in_process else self.art_path / "server.log"
+        raise ArtError(f"the local server did not answer /health within {self.startup_timeout:.0f}s; see {where}")
 
     async def register(self, model: TrainableModel) -> ModelInfo:
         await self.start()
@@ -237,6 +416,10 @@ class LocalBackend(RemoteBackend):
 
     async def close(self) -> None:
         await super().close()
+        await asyncio.to_thread(self._stop_server)
+
+    def _stop_server(self) -> None:
+        """Stop the child process or the server thread (blocking; safe to call twice)."""
         if self._process is not None and self._process.poll() is None:
             self._process.terminate()
             try:
@@ -244,6 +427,11 @@ class LocalBackend(RemoteBackend):
             except subprocess.TimeoutExpired:
                 self._process.kill()
         self._process = None
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self._server = self._thread = None
 
     async def __aenter__(self) -> LocalBackend:
         await self.start()
@@ -251,3 +439,10 @@ class LocalBackend(RemoteBackend):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def __enter__(self) -> LocalBackend:
+        """ART's `with LocalBackend() as backend:`; the server starts at the first `register`."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop_server()  # the HTTP client cannot be closed without an event loop; `await close()` closes both

@@ -1,4 +1,9 @@
-"""Run many rollouts at once with a progress bar, a failure budget and a per-group hook."""
+"""Run many rollouts at once with a progress bar, a failure budget and a per-group hook.
+
+ART's keywords are accepted: `max_metrics` caps how many metric means the bar shows (reward first,
+then trajectory metrics in the order first seen), `after_each` may return a list of groups (they all
+join the result), and `pbar_total_completion_tokens` is a no-op (ART deprecated it; it only changed the bar).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from art_agents.errors import TooManyExceptions
 from art_agents.trajectory import RolloutException, Trajectory, TrajectoryGroup
 
-AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | None]]
+AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | list[TrajectoryGroup] | None]]
 
 
 def _exception_budget(max_exceptions: int | float, total: int) -> int:
@@ -22,18 +27,24 @@ def _exception_budget(max_exceptions: int | float, total: int) -> int:
 
 
 class _Progress:
-    def __init__(self, total: int, desc: str | None) -> None:
+    def __init__(self, total: int, desc: str | None, max_metrics: int | None = None) -> None:
         from tqdm import tqdm  # text bars: tqdm.auto widgets show blank or stuck at 0% in stored notebooks
 
         self.bar = tqdm(total=total, desc=desc, unit="rollout", disable=desc is None)
-        self.rewards: list[float] = []
+        self.max_metrics = max_metrics
+        self.sums: dict[str, float] = {"reward": 0.0}
+        self.counts: dict[str, int] = {"reward": 0}
         self.exceptions = 0
 
     def update(self, group: TrajectoryGroup, rollouts: int) -> None:
-        self.rewards.extend(group.rewards())
+        for trajectory in group.trajectories:
+            for name, value in {"reward": trajectory.reward, **trajectory.metrics}.items():
+                self.sums[name] = self.sums.get(name, 0.0) + float(value)
+                self.counts[name] = self.counts.get(name, 0) + 1
         self.exceptions += len(group.exceptions)
-        reward = sum(self.rewards) / len(self.rewards) if self.rewards else float("nan")
-        self.bar.set_postfix(reward=f"{reward:.3f}", exceptions=self.exceptions, refresh=False)
+        names = list(self.sums)[: self.max_metrics]
+        shown = {n: f"{self.sums[n] / self.counts[n]:.3f}" if self.counts[n] else "nan" for n in names}
+        self.bar.set_postfix({**shown, "exceptions": self.exceptions}, refresh=False)
         self.bar.update(rollouts)
 
     def close(self) -> None:
@@ -44,15 +55,20 @@ async def gather_trajectory_groups(
     groups: Iterable[TrajectoryGroup | Awaitable[TrajectoryGroup]],
     *,
     pbar_desc: str | None = "gather",
+    pbar_total_completion_tokens: bool = False,
     max_exceptions: int | float = 0,
+    max_metrics: int | None = None,
     after_each: AfterEach | None = None,
 ) -> list[TrajectoryGroup]:
     """Finish every group concurrently; failed rollouts are counted, not fatal, up to a budget.
 
     `after_each` runs on each finished group (scoring it with RULER, say) and may return a
-    replacement, or None to drop the group. Groups keep their input order. `pbar_desc=None` hides
-    the progress bar.
+    replacement, a list of groups, or None to drop the group. Groups keep their input order.
+    `pbar_desc=None` hides the progress bar; `max_metrics` caps the metric means it shows.
+    `pbar_total_completion_tokens` is accepted for ART code and does nothing.
     """
+    if max_metrics is not None and max_metrics < 0:
+        raise ValueError(f"max_metrics must be None or >= 0, got {max_metrics}")
     given = list(groups)
     try:
         groups = list(await asyncio.gather(*(_as_group(g) for g in given)))
@@ -63,9 +79,9 @@ async def gather_trajectory_groups(
         raise
     total = sum(len(g.trajectories) + g.pending for g in groups)
     budget = _exception_budget(max_exceptions, total)
-    progress = _Progress(total, pbar_desc)
+    progress = _Progress(total, pbar_desc, max_metrics)
 
-    async def finish(group: TrajectoryGroup) -> TrajectoryGroup | None:
+    async def finish(group: TrajectoryGroup) -> TrajectoryGroup | list[TrajectoryGroup] | None:
         rollouts = len(group.trajectories) + group.pending
         group = await group
         progress.update(group, rollouts)
@@ -90,7 +106,7 @@ async def gather_trajectory_groups(
         raise
     finally:
         progress.close()
-    return [g for g in finished if g is not None]
+    return [g for item in finished if item is not None for g in (item if isinstance(item, list) else [item])]
 
 
 async def _as_group(group: TrajectoryGroup | Awaitable[TrajectoryGroup]) -> TrajectoryGroup:
@@ -101,9 +117,17 @@ async def gather_trajectories(
     trajectories: Iterable[Awaitable[Trajectory]],
     *,
     pbar_desc: str | None = "gather",
+    pbar_total_completion_tokens: bool = False,
     max_exceptions: int | float = 0,
+    max_metrics: int | None = None,
 ) -> list[Trajectory | RolloutException]:
-    """Run ungrouped rollouts concurrently; failures come back in place as RolloutException."""
+    """Run ungrouped rollouts concurrently; failures come back in place as RolloutException.
+
+    Each awaitable must give one Trajectory (ART also takes awaitables of lists of trajectories; here
+    such a rollout counts as failed, naming the type it returned).
+    """
     groups = [TrajectoryGroup([t]) for t in trajectories]
-    finished = await gather_trajectory_groups(groups, pbar_desc=pbar_desc, max_exceptions=max_exceptions)
+    finished = await gather_trajectory_groups(
+        groups, pbar_desc=pbar_desc, max_exceptions=max_exceptions, max_metrics=max_metrics
+    )
     return [(g.trajectories or g.exceptions)[0] for g in finished]

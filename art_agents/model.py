@@ -2,22 +2,105 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, overload
 
-from pydantic import ConfigDict, Field, PrivateAttr, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SerializeAsAny,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from art_agents.errors import ArtError
 from art_agents.names import check_safe_name
 from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig
-from art_agents.wire import TrainResult
+from art_agents.trajectory import RolloutException, Trajectory, TrajectoryGroup
+from art_agents.wire import LogResult, TrainResult
 
 if TYPE_CHECKING:
     from langchain_openai import ChatOpenAI
     from openai import AsyncOpenAI, OpenAI
 
     from art_agents.backend import Backend
-    from art_agents.trajectory import TrajectoryGroup
+
+# ART's keyword arguments that only name a Weights & Biases run (and `run_name`, ART's storage name): accepted and
+# ignored. Nothing here reports to W&B, and a model's files and served name both follow `name`.
+_RUN_LABELS = ("entity", "id", "run_id", "run_name")
+# ART's LoRA settings (`lora_config`, and `_internal_config["peft_args"]` before it) mapped to ModelConfig fields.
+_LORA_FIELDS = {
+    "rank": "lora_rank",
+    "r": "lora_rank",
+    "alpha": "lora_alpha",
+    "lora_alpha": "lora_alpha",
+    "dropout": "lora_dropout",
+    "lora_dropout": "lora_dropout",
+    "target_modules": "target_modules",
+    "random_state": "seed",
+}
+# `_internal_config["init_args"]` keys: mapped, accepted only at the value this server uses, or ignored (they only
+# tune the memory and speed of ART's Unsloth/vLLM services).
+_INIT_FIELDS = {"dtype": "dtype", "random_state": "seed"}
+_INIT_AT = {"load_in_4bit": False, "load_in_8bit": False, "full_finetuning": False, "trust_remote_code": False}
+_INIT_IGNORED = {
+    "max_seq_length",
+    "gpu_memory_utilization",
+    "fast_inference",
+    "disable_log_stats",
+    "enable_prefix_caching",
+    "use_async",
+    "max_lora_rank",
+    "float8_kv_cache",
+    "use_gradient_checkpointing",
+    "fix_tokenizer",
+}
+# `_internal_config` sections ignored whole: ART's vLLM engine arguments and GPU placement.
+_INTERNAL_IGNORED = {"engine_args", "trainer_gpu_ids", "inference_gpu_ids"}
+
+
+def model_config_from_art(
+    base: ModelConfig, lora_config: Mapping[str, Any] | None, internal_config: Mapping[str, Any] | None
+) -> ModelConfig:
+    """`base` with ART's `lora_config` and `_internal_config` applied; what cannot be honoured is refused by name."""
+    updates: dict[str, Any] = {}
+    refused: list[str] = []
+
+    def lora(section: str, values: Mapping[str, Any]) -> None:
+        for key, value in values.items():
+            if key in _LORA_FIELDS:
+                updates[_LORA_FIELDS[key]] = value
+            else:
+                refused.append(f"{section}.{key}")
+
+    lora("lora_config", lora_config or {})
+    for section, values in (internal_config or {}).items():
+        if section in _INTERNAL_IGNORED:
+            continue
+        if section == "peft_args" and isinstance(values, Mapping):
+            lora("_internal_config.peft_args", values)
+        elif section == "init_args" and isinstance(values, Mapping):
+            for key, value in values.items():
+                if key in _INIT_FIELDS:
+                    updates[_INIT_FIELDS[key]] = value
+                elif key in _INIT_AT and value == _INIT_AT[key]:
+                    continue
+                elif key not in _INIT_IGNORED:
+                    refused.append(f"_internal_config.init_args.{key}={value!r}")
+        elif values not in (None, {}, []):
+            refused.append(f"_internal_config.{section}")
+    if refused:
+        raise ValueError(
+            f"not supported by art-agents: {', '.join(refused)}. LoRA settings map to ModelConfig (rank, alpha, "
+            "dropout, target_modules, random_state); engine_args and GPU placement are ignored; use "
+            "`config=art_agents.ModelConfig(...)` for the rest (engine, dtype, device, batch size)"
+        )
+    return ModelConfig.model_validate({**base.model_dump(), **updates})
 
 
 class Model(Schema):
@@ -25,15 +108,57 @@ class Model(Schema):
 
     Rollout code takes a `Model` and calls `openai_client()`; the same code then runs against a
     `TrainableModel`, and every call it makes inside a rollout is captured.
+
+    ART's keyword arguments are accepted too: `config` (your own pydantic settings, carried as is),
+    `entity`, `id`, `run_id` and `run_name` (W&B run names: ignored; files and serving follow `name`), `trainable`
+    (must match the class), `base_path` (only ".art": the files go where the backend's path says) and
+    `report_metrics` (only None or []: metrics go to history.jsonl; see `art-agents report`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     name: str
     project: str = "default"
+    config: Any = Field(None, description="Your own settings for rollouts (ART's `config`), carried as given.")
     inference_base_url: str | None = None
     inference_api_key: str | None = None
     inference_model_name: str | None = Field(None, description="Model name sent to the endpoint; defaults to `name`.")
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _art_keywords(cls, data: Any, handler: ModelWrapValidatorHandler[Model]) -> Model:
+        """Take ART's extra keyword arguments out of `data` (refusing what cannot be honoured), then validate."""
+        if not isinstance(data, dict):
+            return handler(data)
+        data = dict(data)
+        for label in _RUN_LABELS:
+            data.pop(label, None)
+        trainable = issubclass(cls, TrainableModel)
+        if "trainable" in data and data.pop("trainable") is not trainable:
+            raise ValueError(f"trainable must be {trainable} for {cls.__name__}; use the other class")
+        if data.pop("base_path", ".art") not in (".art", None):
+            raise ValueError(
+                "base_path is not supported: files go under the backend's folder; pass it as LocalBackend(path=...)"
+            )
+        if data.pop("report_metrics", None) not in (None, []):
+            raise ValueError(
+                "report_metrics is not supported: metrics are written to history.jsonl on the server "
+                "(`art-agents report` shows them); nothing here reports to W&B"
+            )
+        art = {key: data.pop(key) for key in ("lora_config", "_internal_config") if key in data}
+        if art and not trainable:
+            raise ValueError(f"{' and '.join(art)} only apply to a TrainableModel")
+        if trainable and (data.get("config") is None or isinstance(data.get("config"), Mapping)):
+            data["config"] = ModelConfig.model_validate(data.get("config") or {})
+        model = handler(data)
+        if art and isinstance(model, TrainableModel):
+            model._apply_art_config(art.get("lora_config"), art.get("_internal_config"))
+        return model
+
+    @property
+    def trainable(self) -> bool:
+        """False for a prompted model, True for a TrainableModel (as ART's `trainable`)."""
+        return False
 
     @overload
     def openai_client(self, *, sync: Literal[False] = False, **kwargs: Any) -> AsyncOpenAI: ...
@@ -60,14 +185,38 @@ class Model(Schema):
 
         return chat_model(self, **kwargs)
 
-    def litellm_completion_params(self) -> dict[str, Any]:
-        """Keyword arguments for `litellm.acompletion` that reach this model."""
+    def litellm_completion_params(self, step: int | None = None) -> dict[str, Any]:
+        """Keyword arguments for `litellm.acompletion(**params, messages=...)` that reach this model (at `step`).
+
+        As ART's: the model name with a provider prefix (`openai/`: the server speaks the OpenAI API), the
+        endpoint as `base_url` (and `api_base`, litellm's older name) and the API key. The server samples at
+        temperature 1.0 unless told otherwise, so no temperature is added (pass your own).
+        """
         base_url, api_key = self.endpoint()
-        return {"model": f"openai/{self.served_name}", "api_base": base_url, "api_key": api_key}
+        model = f"openai/{self.get_inference_name(step)}"
+        return {"model": model, "base_url": base_url, "api_base": base_url, "api_key": api_key}
+
+    def get_inference_name(self, step: int | None = None) -> str:
+        """The `model` to send to the chat API: the served name (its latest step), or `name@step` for a checkpoint."""
+        return self.served_name if step is None else f"{self.served_name}@{step}"
 
     @property
     def served_name(self) -> str:
         return self.inference_model_name or self.name
+
+    async def log(
+        self,
+        trajectories: Iterable[TrajectoryGroup] | Iterable[Trajectory | BaseException] | None = None,
+        split: str = "val",
+        *,
+        metrics: dict[str, float] | None = None,
+        step: int | None = None,
+    ) -> LogResult:
+        """Record an evaluation (ART's `model.log`); only a registered TrainableModel has a server to record it."""
+        raise ArtError(
+            f"model {self.name!r} is a prompted Model: log() records evaluations in the server folder of a "
+            "registered TrainableModel; score a baseline's groups yourself (`write_groups` saves them)"
+        )
 
     def endpoint(self) -> tuple[str, str]:
         """(base URL, API key) of the model's OpenAI-compatible server, for clients built elsewhere."""
@@ -79,16 +228,42 @@ class Model(Schema):
 
 
 class TrainableModel(Model):
-    """A LoRA on `base_model` (a hub id or a local folder) that an art-agents server serves and trains."""
+    """A LoRA on `base_model` (a hub id or a local folder) that an art-agents server serves and trains.
+
+    `config` is the `ModelConfig` the server loads it with. ART code that passes its own settings as `config`
+    keeps them there (`model.config.max_turns` works) and the server gets `ModelConfig()`, changed by ART's
+    `lora_config=` / `_internal_config=` where given: see `server_config`.
+    """
 
     base_model: str
-    config: ModelConfig = Field(default_factory=ModelConfig)
+    config: ModelConfig | SerializeAsAny[BaseModel] = Field(default_factory=ModelConfig, union_mode="left_to_right")
     _backend: Backend | None = PrivateAttr(default=None)
+    _server_config: ModelConfig | None = PrivateAttr(default=None)
 
     @field_validator("name", "project")
     @classmethod
     def _safe_path_component(cls, value: str, info: ValidationInfo) -> str:
         return check_safe_name(value, info.field_name or "name")
+
+    def _apply_art_config(
+        self, lora_config: Mapping[str, Any] | None, internal_config: Mapping[str, Any] | None
+    ) -> None:
+        server = model_config_from_art(self.server_config, lora_config, internal_config)
+        if isinstance(self.config, ModelConfig):
+            self.config = server
+        else:
+            self._server_config = server
+
+    @property
+    def server_config(self) -> ModelConfig:
+        """The ModelConfig sent at registration: `config` when it is one, else what ART's keywords made of the defaults."""
+        if isinstance(self.config, ModelConfig):
+            return self.config
+        return self._server_config or ModelConfig()
+
+    @property
+    def trainable(self) -> bool:
+        return True
 
     @property
     def backend(self) -> Backend:
@@ -96,8 +271,17 @@ class TrainableModel(Model):
             raise ArtError(f"model {self.name!r} is not registered; call `await model.register(backend)` first")
         return self._backend
 
-    async def register(self, backend: Backend) -> None:
-        """Create (or reopen) the model on the backend and point the inference client at it."""
+    async def register(self, backend: Backend, _openai_client_config: Mapping[str, Any] | None = None) -> None:
+        """Create (or reopen) the model on the backend and point the inference client at it.
+
+        ART's `_openai_client_config` (vLLM server arguments) is refused unless empty: the backend picks the
+        port and key (`LocalBackend(port=...)`).
+        """
+        if _openai_client_config:
+            raise ArtError(
+                f"_openai_client_config is not supported ({', '.join(_openai_client_config)}): the backend runs the "
+                "server; set its port with LocalBackend(port=...) or start `art-agents serve` and use RemoteBackend"
+            )
         await backend.register(self)
         self._backend = backend
         self.inference_base_url = f"{backend.base_url}/v1"
@@ -108,11 +292,80 @@ class TrainableModel(Model):
         return await self.backend.get_step(self)
 
     async def train(
-        self, groups: list[TrajectoryGroup], config: TrainConfig | None = None, *, progress: bool = True
+        self,
+        groups: Iterable[TrajectoryGroup],
+        config: TrainConfig | None = None,
+        _config: Mapping[str, Any] | None = None,
+        verbose: bool = False,
+        *,
+        progress: bool = True,
     ) -> TrainResult:
-        """One GRPO step on the groups; returns when the new checkpoint is being served."""
-        return await self.backend.train(self, groups, config, progress=progress)
+        """One GRPO step on the groups; returns when the new checkpoint is being served.
 
-    async def delete_checkpoints(self, steps: list[int] | None = None) -> list[int]:
-        """Delete the given steps, or all but the latest; returns the deleted steps."""
-        return await self.backend.delete_checkpoints(self, steps)
+        ART's `_config` (its `art.dev.TrainConfig` dict) is mapped onto `config` where this trainer has the
+        setting and refused by name where it has not (see `art_agents.backend.art_train_config`); `verbose`
+        prints a line when the step starts and ends.
+        """
+        art_options: dict[str, Any] = {"_config": _config} if _config else {}
+        if verbose:
+            art_options["verbose"] = True
+        return await self.backend.train(self, list(groups), config, progress=progress, **art_options)
+
+    async def log(
+        self,
+        trajectories: Iterable[TrajectoryGroup] | Iterable[Trajectory | BaseException] | None = None,
+        split: str = "val",
+        *,
+        metrics: dict[str, float] | None = None,
+        step: int | None = None,
+    ) -> LogResult:
+        """Record an evaluation without training (ART's `model.log`), at the served step unless `step` is given.
+
+        Takes trajectory groups, or trajectories (and exceptions) that become one group. The server writes
+        `trajectories/<split>/<step:04d>.jsonl` and a history row with `<split>/reward`, `<split>/reward_std`,
+        `<split>/n` and the mean of each trajectory metric, which `delete_checkpoints(best_checkpoint_metric=...)`
+        reads. `metrics` adds values to the row (a name without '/' gets the split as prefix).
+        """
+        groups = _as_groups(trajectories)
+        return await self.backend.log(self, groups, split, metrics=metrics, step=step)
+
+    async def delete_checkpoints(
+        self, steps: list[int] | str | None = None, *, best_checkpoint_metric: str | None = None
+    ) -> list[int]:
+        """Delete checkpoints; returns the deleted steps. The latest is never deleted.
+
+        - `delete_checkpoints([1, 2])`: those steps.
+        - `delete_checkpoints(best_checkpoint_metric="val/reward")` (or the metric as the first argument, as ART
+          takes it): keep the latest step and the step with the highest mean of that metric in history.jsonl,
+          delete the rest. Refused, deleting nothing, when no checkpoint has the metric (`log` records it).
+        - `delete_checkpoints()`: keep the latest, step 0 and, if any were logged, the best step by
+          `val/reward`; delete the rest.
+        """
+        if isinstance(steps, str):
+            if best_checkpoint_metric is not None:
+                raise ArtError("give the metric once: positionally or as best_checkpoint_metric=")
+            steps, best_checkpoint_metric = None, steps
+        if best_checkpoint_metric is None:  # a Backend written before the metric existed still works
+            return await self.backend.delete_checkpoints(self, steps)
+        return await self.backend.delete_checkpoints(self, steps, best_checkpoint_metric=best_checkpoint_metric)
+
+
+def _as_groups(
+    items: Iterable[TrajectoryGroup] | Iterable[Trajectory | BaseException] | None,
+) -> list[TrajectoryGroup]:
+    """ART's `log` input: groups as they are, or trajectories and exceptions gathered into one group."""
+    given = list(items or [])
+    if all(isinstance(item, TrajectoryGroup) for item in given):
+        groups: list[TrajectoryGroup] = given  # type: ignore[assignment]
+    elif all(isinstance(item, Trajectory | BaseException | RolloutException) for item in given):
+        failed: list[RolloutException] = [
+            item if isinstance(item, RolloutException) else RolloutException.from_exception(item)
+            for item in given
+            if not isinstance(item, Trajectory)
+        ]
+        groups = [TrajectoryGroup([t for t in given if isinstance(t, Trajectory)], exceptions=failed)]
+    else:
+        raise TypeError("log() takes trajectory groups, or trajectories (and exceptions) that make one group")
+    if any(group.pending for group in groups):
+        raise ArtError("a group still has unfinished rollouts; gather them (gather_trajectory_groups) before log()")
+    return groups

@@ -11,8 +11,18 @@ import uuid
 from collections.abc import Awaitable, Generator, Iterable
 from typing import Any
 
-from pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
+from art_agents.choices import MessageList, Messages, MessagesAndChoices, choice_completion_id, choice_message
 from art_agents.errors import RolloutFailed
 from art_agents.messages import ChatMessage, as_messages
 from art_agents.schema import Schema
@@ -55,15 +65,46 @@ class ToolCallRecord(Schema):
 
 
 class History(Schema):
-    """A separate conversation inside one rollout (another agent, another system prompt)."""
+    """A separate conversation inside one rollout (another agent, another system prompt).
 
-    messages: list[ChatMessage] = Field(default_factory=list)
+    Built by hand the ART way, `History(messages_and_choices=[...])` takes message dicts and
+    `Choice` objects; `messages()` gives the OpenAI dicts (see `art_agents.choices`).
+    """
+
+    messages: Messages = Field(default_factory=MessageList)
     tools: list[dict[str, Any]] | None = None
+    # turns of choices appended to an additional history: its index is known only inside a trajectory
+    _choice_turns: list[Turn] = PrivateAttr(default_factory=list)
+
+    def __init__(self, messages_and_choices: Iterable[Any] | None = None, /, **data: Any) -> None:
+        if "messages_and_choices" in data:
+            messages_and_choices = data.pop("messages_and_choices")
+        super().__init__(**data)
+        if messages_and_choices is not None:
+            self.messages_and_choices.extend(messages_and_choices)
 
     @field_validator("messages", mode="before")
     @classmethod
     def _validate_messages(cls, value: Any) -> list[ChatMessage]:
         return as_messages(list(value))
+
+    @property
+    def messages_and_choices(self) -> MessagesAndChoices:
+        return MessagesAndChoices(self)
+
+    def add_choice(self, choice: Any) -> Turn:
+        """Append an OpenAI `Choice` as the assistant message, with the turn that trains on its tokens."""
+        self.messages.append(choice_message(choice))
+        turn = Turn(
+            index=len(self.messages) - 1,
+            completion_id=choice_completion_id(choice),
+            finish_reason=getattr(choice, "finish_reason", None),
+        )
+        self._record(turn)
+        return turn
+
+    def _record(self, turn: Turn) -> None:
+        self._choice_turns.append(turn)
 
 
 class Trajectory(History):
@@ -109,6 +150,22 @@ class Trajectory(History):
                     "which is not an assistant message; turns must reference the response they record"
                 )
         return self
+
+    def _record(self, turn: Turn) -> None:
+        self.turns.append(turn)
+
+    @model_serializer(mode="wrap")
+    def _with_choice_turns(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """Turns of choices appended to additional histories join `turns`, with their history index."""
+        data = handler(self)
+        extra = [
+            turn.model_copy(update={"history": k}).model_dump(mode=info.mode)
+            for k, history in enumerate(self.additional_histories, start=1)
+            for turn in history._choice_turns
+        ]
+        if extra and isinstance(data, dict):
+            data["turns"] = [*data.get("turns", []), *extra]
+        return data
 
     def history_messages(self, history: int) -> list[ChatMessage]:
         if history == 0:

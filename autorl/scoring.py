@@ -73,7 +73,7 @@ class GroupScorer:
         reference = getattr(self.scenario_of(group.trajectories[0]), "reference_answer", None)
         if reference:
             rubric += f"\n- The reference answer for this task is: {reference}"
-        scored = await ruler_score_group(group, self.judge_model or "", rubric, **self.judge_params)
+        scored = await ruler_score_group(group, self.judge_model or "", rubric=rubric, **self.judge_params)
         if scored is not None:
             summary = scored.metadata.get("ruler", {})
             self.cost_usd += float(summary.get("cost_usd", 0.0))

@@ -70,9 +70,13 @@ def chat_model(model: Model, **kwargs: Any) -> ChatOpenAI:
     """
     from langchain_openai import ChatOpenAI
 
+    return ChatOpenAI(**{**chat_openai_args(model), **kwargs})
+
+
+def chat_openai_args(model: Model) -> dict[str, Any]:
+    """`ChatOpenAI` arguments for `model`'s server with the capture clients (model, base_url, api_key, ...)."""
     base_url, api_key = model.endpoint()
-    defaults: dict[str, Any] = {"model": model.served_name, "base_url": base_url, "api_key": api_key, **http_clients()}
-    return ChatOpenAI(**{**defaults, **kwargs})
+    return {"model": model.served_name, "base_url": base_url, "api_key": api_key, **http_clients()}
 
 
 def rollout_headers() -> dict[str, str]:

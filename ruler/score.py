@@ -14,13 +14,13 @@ import logging
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
-from art_agents.ruler.judge import JudgeCall, Judgement, judge
+from art_agents.ruler.judge import JudgeCall, Judgement, JudgeScore, judge
 from art_agents.ruler.llm import DEFAULT_BACKOFF, Backoff, CallTotals
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, Messages, Tools, render_judge_messages, trajectory_ids
 from art_agents.ruler.prompt import response_format as answer_schema
@@ -82,13 +82,27 @@ class RulerResult(CallTotals, BaseModel):
     agreement: float | None = None
     calls: list[JudgeCall]
 
+    # ART's `ruler()` returns a list of scores: indexing and iterating this result gives the same.
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, index: int) -> JudgeScore:
+        return JudgeScore(
+            trajectory_id=self.ids[index], score=self.scores[index], explanation=" / ".join(self.explanations[index])
+        )
+
+    def __iter__(self) -> Iterator[JudgeScore]:  # type: ignore[override]  # BaseModel iterates its fields
+        return (self[i] for i in range(len(self)))
+
 
 async def ruler(
     message_lists: Sequence[Messages],
     judge_model: str = DEFAULT_JUDGE,
+    extra_litellm_params: dict[str, Any] | None = None,
     rubric: str = DEFAULT_RUBRIC,
+    tools: Sequence[Tools] | Tools | None = None,
     *,
-    tools: Sequence[Tools] | None = None,
+    debug: bool = False,
     passes: int = 1,
     max_attempts: int = 3,
     cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
@@ -97,13 +111,18 @@ async def ruler(
 ) -> RulerResult:
     """Score conversations relative to each other with one judge call per pass.
 
-    `judge_model` is any LiteLLM model string; `litellm_params` (api_base, api_key, temperature,
-    timeout...) go to `litellm.acompletion` as given; `response_format=None` sends no JSON schema,
-    for endpoints that reject one (answers are validated either way). `cache_dir=None` disables the
-    cache. `backoff` sets the waits before asking again after a timeout, rate limit or 5xx.
+    The positional order is ART's. `judge_model` is any LiteLLM model string; `extra_litellm_params`
+    and `litellm_params` (api_base, api_key, temperature, timeout...) go to `litellm.acompletion` as
+    given; `response_format=None` sends no JSON schema, for endpoints that reject one (answers are
+    validated either way). `tools`: one list for all conversations, or one per conversation.
+    `cache_dir=None` disables the cache. `backoff` sets the waits before asking again after a
+    timeout, rate limit or 5xx. `debug=True` logs each score with its explanation.
     """
     if not message_lists:
         raise ValueError("ruler needs at least one conversation to score")
+    litellm_params = {**(extra_litellm_params or {}), **litellm_params}
+    if tools is not None and (not tools or isinstance(tools[0], dict)):  # ART passes one list for all
+        tools = [tools] * len(message_lists)  # type: ignore[list-item]
     ids = trajectory_ids(len(message_lists))
     answer_format = litellm_params.pop("response_format", answer_schema(ids))
     cache = JudgeCache(cache_dir) if cache_dir is not None else None
@@ -135,7 +154,7 @@ async def ruler(
 
     pass_scores = [[j.scores[i].score for i in ids] for j in judgements]
     agreements = [kendall_tau(a, b) for a, b in itertools.combinations(pass_scores, 2)]
-    return RulerResult(
+    result = RulerResult(
         ids=ids,
         scores=[sum(column) / len(column) for column in zip(*pass_scores, strict=True)],
         pass_scores=pass_scores,
@@ -143,21 +162,30 @@ async def ruler(
         agreement=sum(agreements) / len(agreements) if agreements and len(ids) > 1 else None,
         calls=[call for j in judgements for call in j.calls],
     )
+    if debug:
+        for score in result:
+            logger.info("RULER %s: %.3f (%s)", score.trajectory_id, score.score, score.explanation)
+    return result
 
 
 async def ruler_score_group(
     group: TrajectoryGroup,
     judge_model: str = DEFAULT_JUDGE,
+    extra_litellm_params: dict[str, Any] | None = None,
     rubric: str = DEFAULT_RUBRIC,
     *,
-    passes: int = 1,
     swallow_exceptions: bool = False,
+    debug: bool = False,
+    passes: int = 1,
     max_attempts: int = 3,
     cache_dir: str | os.PathLike[str] | None = DEFAULT_CACHE_DIR,
     backoff: Backoff = DEFAULT_BACKOFF,
-    **extra_litellm_params: Any,
+    **litellm_params: Any,
 ) -> TrajectoryGroup | None:
     """A new group whose rewards are the judge's scores; usable as `after_each` in a gather.
+
+    The positional order is ART's; LiteLLM parameters come as `extra_litellm_params={...}` (ART) or
+    as keywords (`api_base=..., temperature=...`), merged.
 
     The original reward is kept in `metrics["independent_reward"]`, the score in
     `metrics["ruler_score"]`, the judge's explanation in `logs`. Judge cost and tokens are in
@@ -173,13 +201,15 @@ async def ruler_score_group(
         result = await ruler(
             [t.messages for t in group.trajectories],
             judge_model,
+            extra_litellm_params,
             rubric,
-            tools=[t.tools for t in group.trajectories],
+            [t.tools for t in group.trajectories],
+            debug=debug,
             passes=passes,
             max_attempts=max_attempts,
             cache_dir=cache_dir,
             backoff=backoff,
-            **extra_litellm_params,
+            **litellm_params,
         )
     except Exception as exc:
         if not swallow_exceptions:

@@ -264,7 +264,12 @@ def create_app(
 
     @app.post(f"{wire.API_PREFIX}/models/{{name}}/checkpoints/delete")
     async def delete_checkpoints(name: str, body: wire.DeleteCheckpointsRequest) -> list[int]:
-        return await service.delete_checkpoints(name, body.steps)
+        return await service.delete_checkpoints(name, body)
+
+    @app.post(f"{wire.API_PREFIX}/models/{{name}}/log")
+    async def log_groups(name: str, body: wire.LogRequest) -> wire.LogResult:
+        """Record evaluation groups (a split such as val) at the served step, without training."""
+        return await service.log(name, body)
 
     @app.post(f"{wire.API_PREFIX}/models/{{name}}/train", response_model=None)
     async def train(name: str, body: wire.TrainRequest) -> StreamingResponse:

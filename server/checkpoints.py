@@ -107,6 +107,63 @@ def delete_checkpoints(model_dir: str | Path, steps: list[int] | None = None) ->
     return deleted
 
 
+def delete_all_but(model_dir: str | Path, keep: set[int]) -> list[int]:
+    """Delete every checkpoint whose step is not in `keep`; the latest is never deleted."""
+    existing = _steps(model_dir)
+    doomed = [s for s in existing[:-1] if s not in keep]
+    for step in doomed:
+        _remove(model_dir, step)
+    return doomed
+
+
+def read_history(model_dir: str | Path) -> list[dict[str, Any]]:
+    """history.jsonl rows in file order; a torn or malformed line (a crash mid-write) is skipped."""
+    path = Path(model_dir) / "history.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def metric_of(row: dict[str, Any], metric: str) -> float | None:
+    """A history row's value of `metric`: under `metrics` (this server's rows) or at the top (ART's flat rows)."""
+    metrics = row.get("metrics")
+    value = metrics.get(metric) if isinstance(metrics, dict) else None
+    if value is None:
+        value = row.get(metric)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return float(value)
+
+
+def best_step(rows: list[dict[str, Any]], metric: str, among: list[int]) -> int | None:
+    """The step of `among` whose rows have the highest mean `metric` (the later step on a tie); None if none has it.
+
+    Higher is better, as in ART, whatever the metric: record a loss negated to keep its lowest step.
+    """
+    values: dict[int, list[float]] = {}
+    for row in rows:
+        value, step = metric_of(row, metric), row.get("step")
+        if value is not None and isinstance(step, int) and step in among:
+            values.setdefault(step, []).append(value)
+    if not values:
+        return None
+    return max(values, key=lambda step: (sum(values[step]) / len(values[step]), step))
+
+
+def metric_names(rows: list[dict[str, Any]]) -> list[str]:
+    """Every numeric metric name the rows carry, for naming the choices in an error."""
+    names = {name for row in rows if isinstance(row.get("metrics"), dict) for name in row["metrics"]}
+    return sorted(name for name in names if any(metric_of(row, name) is not None for row in rows))
+
+
 def discard_checkpoint(model_dir: str | Path, step: int) -> None:
     """Remove checkpoint `step` if it exists, even the latest: undoes a save whose step was never served."""
     if checkpoint_path(model_dir, step).is_dir():

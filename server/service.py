@@ -20,8 +20,18 @@ from art_agents.server.engine import OlderStep
 from art_agents.server.errors import ServiceError
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.served_model import ServedModel, check_name, open_served_model
-from art_agents.server.training_service import train_events
-from art_agents.wire import CheckpointInfo, ModelInfo, RegisterRequest, TrainEvent, TrainRequest
+from art_agents.server.training_service import record_log, train_events
+from art_agents.wire import (
+    DEFAULT_BEST_METRIC,
+    CheckpointInfo,
+    DeleteCheckpointsRequest,
+    LogRequest,
+    LogResult,
+    ModelInfo,
+    RegisterRequest,
+    TrainEvent,
+    TrainRequest,
+)
 
 log = logging.getLogger("art_agents.server")
 
@@ -118,13 +128,47 @@ class ArtService:
     def list_checkpoints(self, name: str) -> list[CheckpointInfo]:
         return checkpoints.list_checkpoints(self.get(name).model_dir)
 
-    async def delete_checkpoints(self, name: str, steps: list[int] | None) -> list[int]:
+    async def delete_checkpoints(self, name: str, request: DeleteCheckpointsRequest) -> list[int]:
+        """Delete the steps asked for; see `DeleteCheckpointsRequest` for what each form keeps."""
         served = self.get(name)
+        if request.steps is not None and request.best_checkpoint_metric is not None:
+            raise ServiceError(400, "give steps or best_checkpoint_metric, not both")
         async with served.lock, served.engine.paused():
             served.engine.forget_older()  # a deleted checkpoint must not go on being served from memory
-            deleted = checkpoints.delete_checkpoints(served.model_dir, steps)
+            if request.steps is not None:
+                deleted = checkpoints.delete_checkpoints(served.model_dir, request.steps)
+            else:
+                deleted = checkpoints.delete_all_but(
+                    served.model_dir, self._kept(served, request.best_checkpoint_metric)
+                )
             served.store.delete_steps(deleted)  # tokens sampled by a policy that is gone
             return deleted
+
+    def _kept(self, served: ServedModel, metric: str | None) -> set[int]:
+        """The steps a delete without `steps` keeps: latest and best by `metric`, or latest, 0 and any best val step."""
+        existing = [c.step for c in checkpoints.list_checkpoints(served.model_dir)]
+        rows = checkpoints.read_history(served.model_dir)
+        if metric is None:
+            best = checkpoints.best_step(rows, DEFAULT_BEST_METRIC, existing)
+            return {0, served.step} | ({best} if best is not None else set())
+        best = checkpoints.best_step(rows, metric, existing)
+        if best is None:
+            recorded = checkpoints.metric_names(rows)
+            split = metric.split("/")[0] if "/" in metric else "val"
+            raise ServiceError(
+                400,
+                f"no checkpoint of model {served.info.name!r} has a {metric!r} value in history.jsonl, so nothing "
+                f"was deleted; record one with `await model.log(groups, split={split!r})` before deleting (it writes "
+                f"'{split}/reward' and '{split}/<metric>' for each trajectory metric), or pass the steps to delete; "
+                f"metrics recorded: {', '.join(recorded) or 'none'}",
+            )
+        return {served.step, best}
+
+    # --- evaluation logs ------------------------------------------------------------------
+
+    async def log(self, name: str, request: LogRequest) -> LogResult:
+        """Record evaluation groups at the served step (or `request.step`) without training."""
+        return await asyncio.to_thread(record_log, self.get(name), request)
 
     # --- chat completions and training ----------------------------------------------------
 

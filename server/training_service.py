@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from art_agents.jsonl import write_groups
+from art_agents.names import check_safe_name
 from art_agents.server import checkpoints
 from art_agents.server.errors import ServiceError
 from art_agents.server.memory import trim_heap
 from art_agents.server.served_model import ServedModel
 from art_agents.trajectory import validate_groups
-from art_agents.wire import TrainEvent, TrainRequest, TrainResult
+from art_agents.wire import LogRequest, LogResult, TrainEvent, TrainRequest, TrainResult, split_metrics
 
 log = logging.getLogger("art_agents.server")
 
@@ -113,7 +114,7 @@ def _commit(
 ) -> None:
     """Write checkpoint `step`, its trajectories and its history row; on failure undo all and reload step-1."""
     config = request.config.model_dump(mode="json")
-    groups_path = served.model_dir / "trajectories" / "train" / f"{step:04d}.jsonl"
+    groups_path = trajectories_path(served.model_dir, "train", step)
     try:
         write_groups(groups_path, request.groups)
         checkpoints.save_checkpoint(
@@ -128,6 +129,34 @@ def _commit(
         raise CheckpointNotSaved(
             f"{failure}; the trained weights were dropped and the last good checkpoint {step - 1} keeps serving"
         ) from exc
+
+
+def trajectories_path(model_dir: Path, split: str, step: int) -> Path:
+    return model_dir / "trajectories" / split / f"{step:04d}.jsonl"
+
+
+def record_log(served: ServedModel, request: LogRequest) -> LogResult:
+    """Record evaluation groups without training: `trajectories/<split>/<step>.jsonl` and a history row.
+
+    The row is `{"step", "split", "time", "metrics"}` with the metrics named `<split>/...` (see `split_metrics`), so
+    `delete_checkpoints(best_checkpoint_metric="val/reward")` can pick the best step. A second log of the same
+    split at the same step replaces the file and adds a row (rows of one step are averaged when picking).
+    """
+    try:
+        split = check_safe_name(request.split, "split")
+    except ValueError as exc:
+        raise ServiceError(400, str(exc)) from exc
+    if not request.groups and not request.metrics:
+        raise ServiceError(400, "nothing to log: pass trajectory groups, metrics, or both")
+    step = served.step if request.step is None else request.step
+    metrics = split_metrics(request.groups, split, request.metrics)
+    path = None
+    if request.groups:
+        path = write_groups(trajectories_path(served.model_dir, split, step), request.groups)
+    checkpoints.append_history(
+        served.model_dir, {"step": step, "split": split, "time": time.time(), "metrics": metrics}
+    )
+    return LogResult(step=step, split=split, metrics=metrics, path=str(path) if path else None)
 
 
 def _roll_back(served: ServedModel, step: int, groups_path: Path, failure: str) -> None:
