@@ -10,6 +10,7 @@ from art_agents.messages import ChatMessage
 from art_agents.model import Model, TrainableModel
 from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.trajectory import History, RolloutException, ToolCallRecord, Trajectory, TrajectoryGroup, Turn
+from art_agents.utils import retry
 from art_agents.wire import TrainResult
 
 __version__ = "0.1.0"
@@ -42,6 +43,7 @@ __all__ = [
     "read_groups",
     "record_completion",
     "record_tool_call",
+    "retry",
     "rollout",
     "span",
     "utils",

@@ -7,9 +7,11 @@ model trains on the tiny model: the server finds every choice's tokens in its st
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from ruler_fixtures import answer, shown
 from scripted_openai import ScriptedOpenAI
 
@@ -85,3 +87,37 @@ async def test_an_art_program_runs_after_renaming_the_import(tmp_path: Path, tin
             assert reply.model == "agent-001@2"
         finally:
             await backend.close()
+
+
+async def test_art_retry_calls_again_with_a_growing_delay_then_gives_up() -> None:
+    calls: list[float] = []
+    retried: list[int] = []
+
+    @art.retry(
+        max_attempts=3, delay=0.05, exceptions=(TimeoutError,), on_retry=lambda exc, attempt: retried.append(attempt)
+    )
+    async def flaky() -> str:
+        calls.append(time.monotonic())
+        if len(calls) < 3:
+            raise TimeoutError("slow")
+        return "ok"
+
+    assert await flaky() == "ok" and retried == [1, 2]
+    assert calls[1] - calls[0] >= 0.05 and calls[2] - calls[1] >= 0.1  # 0.05, then 0.05 x 2
+
+    @art.retry(max_attempts=2, delay=0)
+    def always() -> None:
+        calls.append(0.0)
+        raise ValueError("broken")
+
+    calls.clear()
+    with pytest.raises(ValueError, match="broken"):
+        always()
+    assert len(calls) == 2
+
+    @art.retry(exceptions=(TimeoutError,))
+    def other() -> None:
+        raise KeyError("not retried")
+
+    with pytest.raises(KeyError):
+        other()
