@@ -1,9 +1,11 @@
-"""Trajectory groups on disk: one JSON object per line, versioned, written atomically."""
+"""Trajectory groups on disk: one JSON object per line, versioned, written atomically; and history rows."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from art_agents.atomic import write_text_atomic
 from art_agents.trajectory import SCHEMA_VERSION, TrajectoryGroup
@@ -32,3 +34,19 @@ def read_groups(path: str | Path) -> list[TrajectoryGroup]:
                 )
             groups.append(group)
     return groups
+
+
+def read_history(model_dir: str | Path) -> list[dict[str, Any]]:
+    """A model's history.jsonl rows in file order; a torn or malformed line (a crash mid-write) is skipped."""
+    path = Path(model_dir) / "history.jsonl"
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from art_agents.jsonl import read_history
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -14,20 +15,6 @@ if TYPE_CHECKING:
 # Server folders a command creates by default: `.art` (serve, quickstart, train), `<run>/art` (autorl, mcp-rl).
 RUN_PATTERNS = ("*/*/models/*/model.json", "*/*/*/models/*/model.json")
 SHOWN = ("reward_mean", "reward_std", "loss", "groups_skipped_zero_variance", "turns_retokenized", "train_s")
-
-
-def read_history(model_dir: Path) -> list[dict[str, Any]]:
-    """History rows in step order; a torn last line (a crash mid-write) is skipped, not fatal."""
-    path = model_dir / "history.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return sorted(rows, key=lambda row: row.get("step", 0))
 
 
 def model_dirs(art_path: Path) -> list[Path]:
@@ -81,7 +68,7 @@ def _table(model_dir: Path) -> Table:
     table.add_column("step", justify="right")
     for name in SHOWN:
         table.add_column(name, justify="right")
-    for row in read_history(model_dir):
+    for row in sorted(read_history(model_dir), key=lambda row: row.get("step", 0)):
         metrics = row.get("metrics", {})
         table.add_row(str(row.get("step")), *(_fmt(metrics.get(name)) for name in SHOWN))
     return table

@@ -116,22 +116,6 @@ def delete_all_but(model_dir: str | Path, keep: set[int]) -> list[int]:
     return doomed
 
 
-def read_history(model_dir: str | Path) -> list[dict[str, Any]]:
-    """history.jsonl rows in file order; a torn or malformed line (a crash mid-write) is skipped."""
-    path = Path(model_dir) / "history.jsonl"
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def metric_of(row: dict[str, Any], metric: str) -> float | None:
     """A history row's value of `metric`: under `metrics` (this server's rows) or at the top (ART's flat rows)."""
     metrics = row.get("metrics")

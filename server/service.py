@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from art_agents.capture import policy_step_of, without_step
+from art_agents.jsonl import read_history
 from art_agents.server import checkpoints
 from art_agents.server.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
 from art_agents.server.engine import OlderStep
@@ -147,7 +148,7 @@ class ArtService:
     def _kept(self, served: ServedModel, metric: str | None) -> set[int]:
         """The steps a delete without `steps` keeps: latest and best by `metric`, or latest, 0 and any best val step."""
         existing = [c.step for c in checkpoints.list_checkpoints(served.model_dir)]
-        rows = checkpoints.read_history(served.model_dir)
+        rows = read_history(served.model_dir)
         if metric is None:
             best = checkpoints.best_step(rows, DEFAULT_BEST_METRIC, existing)
             return {0, served.step} | ({best} if best is not None else set())
