@@ -76,9 +76,8 @@ class History(Schema):
     # turns of choices appended to an additional history: its index is known only inside a trajectory
     _choice_turns: list[Turn] = PrivateAttr(default_factory=list)
 
-    def __init__(self, messages_and_choices: Iterable[Any] | None = None, /, **data: Any) -> None:
-        if "messages_and_choices" in data:
-            messages_and_choices = data.pop("messages_and_choices")
+    def __init__(self, **data: Any) -> None:
+        messages_and_choices: Iterable[Any] | None = data.pop("messages_and_choices", None)
         super().__init__(**data)
         if messages_and_choices is not None:
             self.messages_and_choices.extend(messages_and_choices)
