@@ -20,7 +20,9 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from art_agents import reporters
 from art_agents.errors import ArtError, ServerError
+from art_agents.reporters import StepRecord
 from art_agents.train_config import TrainConfig
 from art_agents.trajectory import TrajectoryGroup, validate_groups
 from art_agents.wire import (
@@ -155,6 +157,7 @@ class RemoteBackend:
         self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._models: dict[str, TrainableModel] = {}  # registered here: their reporters flush at close()
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx
@@ -170,7 +173,9 @@ class RemoteBackend:
         body = RegisterRequest(
             name=model.name, project=model.project, base_model=model.base_model, config=model.server_config
         )
-        return ModelInfo.model_validate(await self._request("POST", "/models", json=body.model_dump(mode="json")))
+        info = ModelInfo.model_validate(await self._request("POST", "/models", json=body.model_dump(mode="json")))
+        self._models[model.name] = model
+        return info
 
     async def get_step(self, model: TrainableModel) -> int:
         return StepInfo.model_validate(await self._request("GET", f"/models/{model.name}/step")).step
@@ -225,6 +230,7 @@ class RemoteBackend:
                 f"training {model.name} on {len(groups)} groups ({sum(len(g.trajectories) for g in groups)} rollouts)"
             )
         result: TrainResult | None = None
+        started_at = time.time()
         with tqdm(desc=f"train {model.name}", unit="seq", disable=not progress, leave=False) as bar:
             async for event in self.train_events(model, groups, config):
                 if event.type == "error":
@@ -237,6 +243,9 @@ class RemoteBackend:
                     result = event.result
         if result is None:
             raise ArtError("the server closed the train stream without a result; retry the same call")
+        reporters.send(
+            model.reporters, StepRecord("train", result.step, groups, result.metrics, started_at, time.time())
+        )
         if verbose:
             shown = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("reward_mean", "loss"))
             print(f"{model.name} now serves step {result.step}" + (f" ({shown})" if shown else ""))
@@ -252,10 +261,14 @@ class RemoteBackend:
         step: int | None = None,
     ) -> LogResult:
         """Record evaluation groups for `split` at the served step (or `step`) without training."""
+        started_at = time.time()
         body = LogRequest(split=split, groups=groups, metrics=metrics or {}, step=step).model_dump_json()
         headers = {"content-type": "application/json"}
         data = await self._request("POST", f"/models/{model.name}/log", content=body, headers=headers)
-        return LogResult.model_validate(data)
+        result = LogResult.model_validate(data)
+        record = StepRecord(result.split, result.step, groups, result.metrics, started_at, time.time())
+        reporters.send(model.reporters, record)
+        return result
 
     async def list_checkpoints(self, model: TrainableModel) -> list[CheckpointInfo]:
         rows = await self._request("GET", f"/models/{model.name}/checkpoints")
@@ -270,6 +283,8 @@ class RemoteBackend:
         return list(await self._request("POST", f"/models/{model.name}/checkpoints/delete", json=body))
 
     async def close(self) -> None:
+        for model in self._models.values():
+            await asyncio.to_thread(reporters.close, model.reporters)
         await self._http.aclose()
 
 

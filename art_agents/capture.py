@@ -168,6 +168,7 @@ def record_completion(
         policy_step=policy_step_of(model),
         span=span if span is not None else _span.get(),
         latency_s=latency_s,
+        started_at=time.time() - latency_s,
         finish_reason=finish_reason,
         usage=usage,
     )

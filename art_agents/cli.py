@@ -81,6 +81,7 @@ EXTRA_OF_MODULE = {
     "mcp": "mcp",
     "langfuse": "langfuse",
     "wandb": "wandb",
+    "matplotlib": "report",
     "vllm": "vllm",
     "gguf": "server",
 }

@@ -19,6 +19,7 @@ from pydantic import (
 
 from art_agents.errors import ArtError
 from art_agents.names import check_safe_name
+from art_agents.reporters import create_reporters, reporter_names
 from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.trajectory import RolloutException, Trajectory, TrajectoryGroup
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI, OpenAI
 
     from art_agents.backend import Backend
+    from art_agents.reporters import Reporter
 
 # ART's keyword arguments that only name a Weights & Biases run (and `run_name`, ART's storage name): accepted and
 # ignored. Nothing here reports to W&B, and a model's files and served name both follow `name`.
@@ -112,7 +114,7 @@ class Model(Schema):
     ART's keyword arguments are accepted too: `config` (your own pydantic settings, carried as is),
     `entity`, `id`, `run_id` and `run_name` (W&B run names: ignored; files and serving follow `name`), `trainable`
     (must match the class), `base_path` (only ".art": the files go where the backend's path says) and
-    `report_metrics` (only None or []: metrics go to history.jsonl; see `art-agents report`).
+    `report_metrics` (ART's name for `report_to`).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -123,6 +125,12 @@ class Model(Schema):
     inference_base_url: str | None = None
     inference_api_key: str | None = None
     inference_model_name: str | None = Field(None, description="Model name sent to the endpoint; defaults to `name`.")
+    report_to: list[str] | None = Field(
+        None,
+        description="Where train and log steps go besides history.jsonl: 'wandb', 'langfuse', or ['none']. "
+        "None reads ART_AGENTS_REPORT_TO (comma separated) and adds langfuse when LANGFUSE_PUBLIC_KEY and "
+        "LANGFUSE_SECRET_KEY are set (see art_agents.reporters).",
+    )
 
     @model_validator(mode="wrap")
     @classmethod
@@ -140,11 +148,10 @@ class Model(Schema):
             raise ValueError(
                 "base_path is not supported: files go under the backend's folder; pass it as LocalBackend(path=...)"
             )
-        if data.pop("report_metrics", None) not in (None, []):
-            raise ValueError(
-                "report_metrics is not supported: metrics are written to history.jsonl on the server "
-                "(`art-agents report` shows them); nothing here reports to W&B"
-            )
+        if "report_metrics" in data:
+            if data.get("report_to") is not None:
+                raise ValueError("give report_to or ART's report_metrics, not both")
+            data["report_to"] = data.pop("report_metrics")
         art = {key: data.pop(key) for key in ("lora_config", "_internal_config") if key in data}
         if art and not trainable:
             raise ValueError(f"{' and '.join(art)} only apply to a TrainableModel")
@@ -239,6 +246,7 @@ class TrainableModel(Model):
     config: ModelConfig | SerializeAsAny[BaseModel] = Field(default_factory=ModelConfig, union_mode="left_to_right")
     _backend: Backend | None = PrivateAttr(default=None)
     _server_config: ModelConfig | None = PrivateAttr(default=None)
+    _reporters: list[Reporter] = PrivateAttr(default_factory=list)
 
     @field_validator("name", "project")
     @classmethod
@@ -282,11 +290,18 @@ class TrainableModel(Model):
                 f"_openai_client_config is not supported ({', '.join(_openai_client_config)}): the backend runs the "
                 "server; set its port with LocalBackend(port=...) or start `art-agents serve` and use RemoteBackend"
             )
+        reporters = create_reporters(reporter_names(self.report_to), self)
         await backend.register(self)
         self._backend = backend
+        self._reporters = reporters
         self.inference_base_url = f"{backend.base_url}/v1"
         self.inference_api_key = backend.api_key
         self.inference_model_name = self.name
+
+    @property
+    def reporters(self) -> list[Reporter]:
+        """The reporters built at registration from `report_to` (see `art_agents.reporters`)."""
+        return self._reporters
 
     async def get_step(self) -> int:
         return await self.backend.get_step(self)

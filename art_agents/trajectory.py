@@ -40,6 +40,7 @@ class Turn(Schema):
     policy_step: int | None = Field(None, description="Checkpoint step that sampled this turn.")
     span: str | None = Field(None, description="Graph node or tool context that made the call.")
     latency_s: float = 0.0
+    started_at: float | None = Field(None, description="Wall-clock time the request was sent (unknown for a Choice).")
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
 

@@ -79,14 +79,11 @@ class LogResult(Schema):
 
 
 def split_metrics(groups: list[TrajectoryGroup], split: str, extra: dict[str, float] | None = None) -> dict[str, float]:
-    """What `model.log` records for a split: reward mean and spread, counts, exception rate, metric means.
+    """What `model.log` records for a split: `reward_stats` and the mean of each trajectory metric, as `<split>/...`.
 
-    `{split}/reward` is the mean reward, `{split}/reward_std` the std of all rewards, `{split}/reward_std_dev`
-    the mean within-group std (ART's name), `{split}/n` the trajectories, `{split}/exception_rate` the share of
-    rollouts that raised, and `{split}/<name>` the mean of each trajectory metric over the trajectories that have it.
+    `{split}/reward` is the mean reward and `{split}/reward_std_dev` ART's name for the within-group std;
+    `{split}/<name>` is the mean of each trajectory metric over the trajectories that have it.
     """
-    rewards = [t.reward for g in groups for t in g.trajectories]
-    exceptions = sum(len(g.exceptions) for g in groups)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     for trajectory in (t for g in groups for t in g.trajectories):
@@ -94,17 +91,38 @@ def split_metrics(groups: list[TrajectoryGroup], split: str, extra: dict[str, fl
             sums[name] = sums.get(name, 0.0) + float(value)
             counts[name] = counts.get(name, 0) + 1
     metrics = {f"{split}/{name}": sums[name] / counts[name] for name in sums}
-    metrics[f"{split}/n"] = float(len(rewards))
-    if rewards or exceptions:
-        metrics[f"{split}/exception_rate"] = exceptions / (len(rewards) + exceptions)
-    if rewards:
-        metrics[f"{split}/reward"] = sum(rewards) / len(rewards)
-        metrics[f"{split}/reward_std"] = _std(rewards)
-        spreads = [_std(g.rewards()) for g in groups if len(g.trajectories) > 1]
-        metrics[f"{split}/reward_std_dev"] = sum(spreads) / len(spreads) if spreads else 0.0
+    stats = reward_stats(groups)
+    if "reward_mean" in stats:
+        stats["reward"] = stats.pop("reward_mean")
+        stats["reward_std_dev"] = stats["reward_std_within_group"]
+    metrics.update({f"{split}/{name}": value for name, value in stats.items()})
     for name, value in (extra or {}).items():
         metrics[name if "/" in name else f"{split}/{name}"] = float(value)
     return {name: value for name, value in metrics.items() if math.isfinite(value)}
+
+
+def reward_stats(groups: list[TrajectoryGroup]) -> dict[str, float]:
+    """One definition, for train and log rows alike, of what a step's rewards looked like and what judging cost.
+
+    `reward_std` spreads over all rewards, `reward_std_within_group` is the mean std inside groups of two or
+    more (what GRPO learns from), `exception_rate` the share of rollouts that raised, `judge_cost_usd` the
+    sum of RULER's per-trajectory cost shares (a group's shares sum to its cost).
+    """
+    trajectories = [t for g in groups for t in g.trajectories]
+    exceptions = sum(len(g.exceptions) for g in groups)
+    stats = {"n": float(len(trajectories))}
+    if trajectories or exceptions:
+        stats["exception_rate"] = exceptions / (len(trajectories) + exceptions)
+    if trajectories:
+        rewards = [t.reward for t in trajectories]
+        spreads = [_std(g.rewards()) for g in groups if len(g.trajectories) > 1]
+        stats["reward_mean"] = sum(rewards) / len(rewards)
+        stats["reward_std"] = _std(rewards)
+        stats["reward_std_within_group"] = sum(spreads) / len(spreads) if spreads else 0.0
+    costs = [float(t.metrics["ruler_cost_usd"]) for t in trajectories if "ruler_cost_usd" in t.metrics]
+    if costs:
+        stats["judge_cost_usd"] = sum(costs)
+    return stats
 
 
 def _std(values: list[float]) -> float:

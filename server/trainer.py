@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from art_agents.server.advantages import group_advantages
 from art_agents.server.loss import BatchTotals, policy_loss, token_logprobs
 from art_agents.server.sequences import Policy, TrainingInputError, TrainSequence, build_sequences
+from art_agents.wire import reward_stats
 
 if TYPE_CHECKING:
     import torch
@@ -75,11 +76,8 @@ class PolicyTrainer:
         sequences, stats = build_sequences(
             groups, self.store, self.tokenizer, advantages.values, advantages.kept, policy
         )
-        rewards = [r for group in groups for r in group.rewards()]
-        reward_mean = sum(rewards) / len(rewards)
         metrics: dict[str, float] = {
-            "reward_mean": reward_mean,
-            "reward_std": math.sqrt(sum((r - reward_mean) ** 2 for r in rewards) / len(rewards)),
+            **reward_stats(groups),
             "groups_total": float(len(groups)),
             "groups_skipped_zero_variance": float(len(advantages.skipped)),
             "sequences": float(len(sequences)),
@@ -98,6 +96,8 @@ class PolicyTrainer:
                 self._restore(snapshot)
                 raise
         metrics["train_s"] = time.perf_counter() - started
+        if sequences:
+            metrics["tokens_per_s"] = metrics["tokens_trained"] / metrics["train_s"]
         return metrics
 
     def _optimize(
@@ -120,6 +120,7 @@ class PolicyTrainer:
             "clipped_tokens": 0.0,
             "kl_sum": 0.0,
             "gap_sum": 0.0,
+            "gap_kl_sum": 0.0,
             "gap_tokens": 0.0,
             "entropy_sum": 0.0,
         }
@@ -176,6 +177,7 @@ class PolicyTrainer:
             "clip_fraction": sums["clipped_tokens"] / (trained * config.num_iterations),
             "entropy": sums["entropy_sum"] / trained,
             "logprob_gap_sampler": sums["gap_sum"] / sums["gap_tokens"] if sums["gap_tokens"] else math.nan,
+            "kl_sampler": sums["gap_kl_sum"] / sums["gap_tokens"] if sums["gap_tokens"] else math.nan,
             "learning_rate": config.learning_rate,
         }
         if config.beta > 0:
@@ -186,7 +188,11 @@ class PolicyTrainer:
     def _first_pass_sums(
         sums: dict[str, float], batch: dict[str, Any], old_logps: torch.Tensor, logits: torch.Tensor
     ) -> None:
-        """Metrics of the policy at the start of the step: entropy of the trained tokens, sampler gap."""
+        """Metrics of the policy at the start of the step: entropy of the trained tokens, distance to the sampler.
+
+        `kl_sampler` is KL(sampler || policy) by the k3 estimator on the sampled tokens: near 0 on policy,
+        growing with staleness or an engine whose numbers differ from the trainer's.
+        """
         import torch
         from trl.trainer.utils import entropy_from_logits
 
@@ -195,7 +201,9 @@ class PolicyTrainer:
             sums["entropy_sum"] += float(entropy_from_logits(logits.detach()[mask]).sum())  # chunked inside TRL
             sampler = batch["sampler_logprobs"]
             known = mask & torch.isfinite(sampler)
-            sums["gap_sum"] += float((old_logps[known] - sampler[known]).abs().sum())
+            delta = old_logps[known] - sampler[known]
+            sums["gap_sum"] += float(delta.abs().sum())
+            sums["gap_kl_sum"] += float((torch.exp(delta) - delta - 1).sum())
             sums["gap_tokens"] += float(known.sum())
 
     def _no_grad_logprobs(self, batches: list[dict[str, Any]], *, base: bool = False) -> list[torch.Tensor]:

@@ -82,6 +82,7 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
 
     try:
         async with served.lock, served.engine.paused():
+            started = time.perf_counter()
             step = served.step
             optimizer_state = await asyncio.to_thread(checkpoints.load_optimizer_state, served.model_dir, step)
             trainer = PolicyTrainer(served.engine.model, served.engine.tokenizer, served.store, optimizer_state)
@@ -94,7 +95,7 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
                 served.engine.model.eval()
                 trim_heap()
             if not metrics.get("skipped"):
-                await asyncio.to_thread(_commit, served, step + 1, trainer.optimizer_state(), metrics, request)
+                await asyncio.to_thread(_commit, served, step + 1, trainer.optimizer_state(), metrics, request, started)
                 step = served.engine.step = step + 1
             metrics = {**metrics, "step": float(step)}
         log.info("%s trained: step %d %s", served.info.name, step, json.dumps(metrics))
@@ -110,9 +111,17 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
 
 
 def _commit(
-    served: ServedModel, step: int, optimizer_state: dict, metrics: dict[str, float], request: TrainRequest
+    served: ServedModel,
+    step: int,
+    optimizer_state: dict,
+    metrics: dict[str, float],
+    request: TrainRequest,
+    started: float,
 ) -> None:
-    """Write checkpoint `step`, its trajectories and its history row; on failure undo all and reload step-1."""
+    """Write checkpoint `step`, its trajectories and its history row; on failure undo all and reload step-1.
+
+    `metrics` gains `step_s`: the step's wall time from taking the model to its checkpoint on disk.
+    """
     config = request.config.model_dump(mode="json")
     groups_path = trajectories_path(served.model_dir, "train", step)
     try:
@@ -120,6 +129,7 @@ def _commit(
         checkpoints.save_checkpoint(
             served.model_dir, step, served.engine.model, optimizer_state, {"metrics": metrics, "config": config}
         )
+        metrics["step_s"] = time.perf_counter() - started
         checkpoints.append_history(
             served.model_dir, {"step": step, "time": time.time(), "metrics": metrics, "config": config}
         )

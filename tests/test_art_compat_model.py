@@ -156,8 +156,9 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
     assert model.config.max_turns == 5  # type: ignore[union-attr]
     assert (model.server_config.lora_rank, model.server_config.lora_alpha) == (4, 8)
     assert art.TrainableModel(**base, lora_config={"rank": 2}).config.lora_rank == 2  # type: ignore[union-attr]
+    assert art.TrainableModel(**base, report_metrics=["wandb"]).report_to == ["wandb"]
     for bad, named in [
-        ({"report_metrics": ["wandb"]}, "report_metrics"),
+        ({"report_metrics": ["wandb"], "report_to": ["langfuse"]}, "report_metrics"),
         ({"lora_config": {"use_rslora": True}}, "lora_config.use_rslora"),
         ({"_internal_config": {"init_args": {"load_in_4bit": True}}}, "load_in_4bit"),
         ({"trainable": False}, "trainable must be True"),
