@@ -1,15 +1,18 @@
-"""`art-agents report`: what each model's training did, read from its `history.jsonl`."""
+"""`art-agents report`: what each model's training did, read from its `history.jsonl`, as a table and an HTML page."""
 
 from __future__ import annotations
 
+import webbrowser
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from art_agents.jsonl import read_history
+from art_agents.report_page import format_value
 
 if TYPE_CHECKING:
+    from rich.console import Console
     from rich.table import Table
 
 # Server folders a command creates by default: `.art` (serve, quickstart, train), `<run>/art` (autorl, mcp-rl).
@@ -34,31 +37,85 @@ def _last_change(model_dir: Path) -> float:
 
 
 def report(
+    run_dir: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="RUN_DIR",
+            help="A model folder, a server folder, or a folder with runs in it (searched like the default).",
+            show_default=False,
+        ),
+    ] = None,
     art_path: Annotated[
         Path | None,
         typer.Option(help="A server folder. Default: the most recent run in or one folder below this one."),
     ] = None,
     model: Annotated[str | None, typer.Option(help="Only this model name.")] = None,
+    html: Annotated[
+        Path | None,
+        typer.Option(help="Write the HTML page here (one model only). Default: report.html in the model folder."),
+    ] = None,
+    open_page: Annotated[bool, typer.Option("--open", help="Open the HTML page in the default browser.")] = False,
 ) -> None:
-    """Print a model's per-step training metrics (by default the most recently trained one here)."""
+    """Print a model's per-step training metrics and write an HTML page with charts and its trajectories
+    (by default for the most recently trained model here)."""
     from rich.console import Console
 
     console = Console()
-    searched = model_dirs(art_path) if art_path is not None else runs_under(Path.cwd())
+    if run_dir is not None and art_path is not None:
+        raise typer.BadParameter("give RUN_DIR or --art-path, not both")
+    folder = run_dir if run_dir is not None else art_path
+    searched, search = _models_in(folder)
     dirs = [d for d in searched if model is None or d.name == model]
     if not dirs:
-        where = f"under {art_path}" if art_path is not None else "in this folder or the folders in it"
+        where = f"under {folder}" if folder is not None else "in this folder or the folders in it"
         console.print(
-            f"no trained models {where}{f' named {model!r}' if model else ''}; --art-path names a server folder"
+            f"no trained models {where}{f' named {model!r}' if model else ''}; "
+            "RUN_DIR names a model folder, a server folder or a folder with runs in it",
+            markup=False,
         )
         raise typer.Exit(1)
-    if art_path is None:  # a search: show the latest run, name the others
+    if search:  # show the latest run, name the others
         *others, latest = dirs
         dirs = [latest]
         for other in others:
             console.print(f"also here: {other} (--art-path {other.parent.parent.parent} --model {other.name})")
+    if html is not None and len(dirs) > 1:
+        raise typer.BadParameter(f"{len(dirs)} models are shown but --html names one file; pick one with --model")
     for model_dir in dirs:
         console.print(_table(model_dir))
+    _write_pages(console, dirs, html, open_page)
+
+
+def _models_in(folder: Path | None) -> tuple[list[Path], bool]:
+    """The model folders RUN_DIR names, and whether they were searched for (then only the latest is shown)."""
+    if folder is None:
+        return runs_under(Path.cwd()), True
+    if (folder / "model.json").exists():
+        return [folder], False
+    found = model_dirs(folder)
+    return (found, False) if found else (runs_under(folder), True)
+
+
+def _write_pages(console: Console, dirs: list[Path], html: Path | None, open_page: bool) -> None:
+    """Write each model's page; without matplotlib say which extra draws it (the table is already out)."""
+    from art_agents.report_page import write_report
+
+    for model_dir in dirs:
+        try:
+            page = write_report(model_dir, html)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "").split(".")[0] != "matplotlib":
+                raise
+            console.print(
+                "the HTML page needs the `report` extra (matplotlib is not installed): pip install "
+                "'art-agents[report]' (from a clone: pip install -c constraints.txt -e '.[report]')",
+                markup=False,
+                soft_wrap=True,
+            )
+            return
+        console.print(f"report: {page}", markup=False, highlight=False, soft_wrap=True)
+        if open_page:
+            webbrowser.open(page.resolve().as_uri())
 
 
 def _table(model_dir: Path) -> Table:
@@ -70,14 +127,8 @@ def _table(model_dir: Path) -> Table:
         table.add_column(name, justify="right")
     for row in sorted(read_history(model_dir), key=lambda row: row.get("step", 0)):
         metrics = row.get("metrics", {})
-        table.add_row(str(row.get("step")), *(_fmt(metrics.get(name)) for name in SHOWN))
+        table.add_row(str(row.get("step")), *(format_value(metrics.get(name)) for name in SHOWN))
     return table
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def register(app: typer.Typer) -> None:
