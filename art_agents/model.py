@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from art_agents.reporters import Reporter
 
 # ART's keyword arguments that only name a Weights & Biases run (and `run_name`, ART's storage name): accepted and
-# ignored. Nothing here reports to W&B, and a model's files and served name both follow `name`.
+# ignored. The W&B reporter names its run after `name` (WANDB_ENTITY picks the entity), as do the files and the
+# served name.
 _RUN_LABELS = ("entity", "id", "run_id", "run_name")
 # ART's LoRA settings (`lora_config`, and `_internal_config["peft_args"]` before it) mapped to ModelConfig fields.
 _LORA_FIELDS = {
