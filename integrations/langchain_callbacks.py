@@ -3,7 +3,9 @@
 Callbacks see every chat model call whatever client made it (a user-built `ChatOpenAI` too), with
 the LangGraph node in `metadata`, the bound tools in `invocation_params` and the answer's completion
 id in `response_metadata`. Calls that the capture transport already recorded (clients from
-`chat_model`) are matched instead of recorded twice; the match lends them the node name.
+`chat_model`) are matched instead of recorded twice; the match lends them the node name. Tool runs
+become `ToolCallRecord`s (what ran, for how long, whether it failed) unless the tool was an MCP call
+that the MCP session already recorded.
 
 The handler is installed through a LangChain configure hook on a contextvar, so every runnable
 configured inside a capture scope gets it, including model calls made without passing `config`,
@@ -12,6 +14,7 @@ and concurrent rollouts each see their own handler.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from contextvars import ContextVar
@@ -23,9 +26,9 @@ from langchain_core.messages import BaseMessage, ToolMessage, convert_to_openai_
 from langchain_core.outputs import LLMResult
 from langchain_core.tracers.context import register_configure_hook
 
-from art_agents.capture import record_completion, record_tool_result
+from art_agents.capture import record_completion, record_tool_call, record_tool_result
 from art_agents.messages import ChatMessage, as_messages
-from art_agents.trajectory import Trajectory, Turn
+from art_agents.trajectory import ToolCallRecord, Trajectory, Turn
 
 active_handler: ContextVar[CaptureHandler | None] = ContextVar("art_agents_langchain_handler", default=None)
 register_configure_hook(active_handler, inheritable=True)
@@ -50,6 +53,15 @@ class _PendingCall:
         self.started = time.perf_counter()
 
 
+class _PendingTool:
+    def __init__(
+        self, name: str, arguments: dict[str, Any] | str, tool_call_id: str | None, node: str | None, first: int
+    ) -> None:
+        self.name, self.arguments, self.tool_call_id, self.node = name, arguments, tool_call_id, node
+        self.first = first  # tool records before this run began: an MCP call made by the tool comes after
+        self.started = time.perf_counter()
+
+
 class CaptureHandler(BaseCallbackHandler):
     """Records chat model calls and tool results of one rollout into its trajectory."""
 
@@ -64,6 +76,8 @@ class CaptureHandler(BaseCallbackHandler):
         self._pending: dict[UUID, _PendingCall] = {}
         self._claimed: set[int] = set()  # id() of turns already matched to a callback
         self._tool_results: dict[str, ChatMessage] = {}
+        self._tools: dict[UUID, _PendingTool] = {}
+        self._claimed_mcp: set[int] = set()  # id() of MCP records already matched to a tool run
         self._lock = threading.Lock()
 
     # -- graph nodes ---------------------------------------------------------------------------
@@ -154,14 +168,73 @@ class CaptureHandler(BaseCallbackHandler):
         return all(a.same_as(b) for a, b in zip(messages[: turn.index], request, strict=True))
 
     # -- tools -------------------------------------------------------------------------------
-    def on_tool_end(self, output: Any, **kwargs: Any) -> None:
-        if isinstance(output, ToolMessage) and output.tool_call_id:
-            with self._lock:
-                self._tool_results[output.tool_call_id] = ChatMessage.model_validate(to_openai([output])[0])
+    def on_tool_start(
+        self,
+        serialized: dict[str, Any] | None,
+        input_str: str,
+        *,
+        run_id: UUID,
+        metadata: dict[str, Any] | None = None,
+        inputs: dict[str, Any] | None = None,
+        tool_call_id: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        name = (serialized or {}).get("name") or kwargs.get("name") or "tool"
+        # JSON-safe copy: the record goes to the server with the trajectory
+        arguments = json.loads(json.dumps(inputs, default=str)) if inputs is not None else input_str
+        with self._lock:
+            first = len(self.trajectory.tool_calls)
+            self._tools[run_id] = _PendingTool(name, arguments, tool_call_id, node_path(metadata), first)
 
-    def on_tool_error(self, error: BaseException, *, metadata: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        with self._lock:
+            if isinstance(output, ToolMessage) and output.tool_call_id:
+                self._tool_results[output.tool_call_id] = ChatMessage.model_validate(to_openai([output])[0])
+            call = self._tools.pop(run_id, None)
+            if call is None:
+                return
+            if isinstance(output, ToolMessage):
+                text = ChatMessage.model_validate(to_openai([output])[0]).text()
+                self._record_tool(call, text, text if output.status == "error" else None)
+            else:
+                self._record_tool(call, str(output), None)
+
+    def on_tool_error(
+        self, error: BaseException, *, run_id: UUID, metadata: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         with self._lock:
             self.trajectory.log(f"tool in node {node_path(metadata) or '?'} raised {type(error).__name__}: {error}")
+            call = self._tools.pop(run_id, None)
+            if call is not None:
+                self._record_tool(call, None, f"{type(error).__name__}: {error}")
+
+    def _record_tool(self, call: _PendingTool, result: str | None, error: str | None) -> None:
+        """Record a tool run, unless it was an MCP call the session recorded (that record gets the call id)."""
+        mcp = self._mcp_record(call)
+        if mcp is not None:
+            if mcp.tool_call_id is None:
+                mcp.tool_call_id = call.tool_call_id
+            return
+        record_tool_call(
+            call.name,
+            call.arguments,
+            result=result,
+            error=error,
+            duration_s=time.perf_counter() - call.started,
+            tool_call_id=call.tool_call_id,
+            span=call.node,
+            trajectory=self.trajectory,
+        )
+
+    def _mcp_record(self, call: _PendingTool) -> ToolCallRecord | None:
+        """An MCP record made while this tool ran, for the same tool name or the same arguments."""
+        for record in self.trajectory.tool_calls[call.first :]:
+            if id(record) in self._claimed_mcp or not (record.span or "").startswith("mcp:"):
+                continue
+            if record.name == call.name or record.arguments == call.arguments:
+                self._claimed_mcp.add(id(record))
+                return record
+        return None
 
     def flush_tool_results(self) -> None:
         """Append tool results that no later model call sent back (the run ended on a tool node).

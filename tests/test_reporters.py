@@ -25,7 +25,7 @@ def test_report_to_is_read_from_the_model_then_the_environment(monkeypatch: pyte
     assert reporters.reporter_names(["langfuse", "langfuse"]) == ["langfuse"]
     monkeypatch.setenv(reporters.REPORT_TO_ENV, "none")
     assert reporters.reporter_names(None) == []
-    with pytest.raises(ArtError, match="unknown reporter tensorboard.*wandb, langfuse or none"):
+    with pytest.raises(ArtError, match=r"unknown reporter tensorboard.*wandb, langfuse or none"):
         reporters.reporter_names(["tensorboard"])
 
 
