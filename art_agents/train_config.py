@@ -95,8 +95,13 @@ class ModelConfig(Schema):
 
     model_config = ConfigDict(extra="forbid")
 
-    engine: Literal["transformers", "vllm", "scripted"] = Field(
-        "transformers", description="`transformers` runs everywhere; `vllm` needs a GPU; `scripted` is for tests."
+    engine: Literal["auto", "transformers", "vllm", "scripted"] = Field(
+        "auto",
+        description=(
+            "`auto`: vLLM where CUDA is available and vLLM imports in the vLLM python (`art-agents doctor` says "
+            "which), else transformers. `transformers` runs everywhere; `vllm` runs `vllm serve` as a process of "
+            "its own (python from `--vllm-python` / ART_VLLM_PYTHON) and needs a GPU; `scripted` is for tests."
+        ),
     )
     lora_rank: int = Field(16, ge=1, description="LoRA rank r (16 with TrainConfig's default learning rate).")
     lora_alpha: int = Field(32, ge=1, description="LoRA scaling alpha; the update is scaled by alpha / r.")
@@ -111,12 +116,48 @@ class ModelConfig(Schema):
         "auto", description="auto: bf16 on GPU, fp32 on CPU."
     )
     device: str = Field("auto", description="auto: cuda when available, else cpu.")
-    max_batch_size: int = Field(16, ge=1, description="Concurrent requests the engine batches into one generate call.")
+    max_batch_size: int = Field(
+        16, ge=1, description="Rows (choices of concurrent requests) the engine decodes together; more wait to join."
+    )
+    admission_window_ms: float = Field(
+        5.0,
+        ge=0,
+        le=1000,
+        description="How long an idle engine waits after a request for others sent with it (a group's rollouts), "
+        "so their prompts are prefilled together and identical ones once. Requests arriving later join the "
+        "running batch at its next token.",
+    )
     max_queued_requests: int = Field(
         256, ge=1, description="Requests waiting for the engine; more are answered 503 with Retry-After."
     )
     default_max_tokens: int = Field(256, ge=1, description="max_tokens when a request gives none.")
     seed: int = Field(0, description="Seed for LoRA initialisation.")
+    gpu_memory_utilization: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description=(
+            "vLLM: the share of the GPU's memory vLLM takes (weights and KV cache). The rest is the trainer's (the "
+            "PEFT model, optimizer state, activations), as in TRL's colocate mode (whose default is 0.3). Raise it "
+            "for longer contexts or more concurrent rollouts; lower it when training runs out of memory."
+        ),
+    )
+    vllm_startup_timeout: float = Field(
+        600.0,
+        gt=0,
+        description=(
+            "vLLM: seconds to wait for `vllm serve` to answer /health (loading weights, compiling, capturing CUDA "
+            "graphs) before giving up with its log; also how long a request waits for a restart."
+        ),
+    )
+    vllm_sleep_mode: bool | None = Field(
+        None,
+        description=(
+            "vLLM: put vLLM to sleep (level 1: weights to CPU memory, KV cache freed) while training, so the "
+            "trainer gets the GPU memory; starts vLLM with --enable-sleep-mode. None: on when CUDA is available "
+            "(training shares vLLM's GPU)."
+        ),
+    )
     scripted_responses: list[str] | None = Field(
         None, description="Texts the `scripted` engine answers in order (tests only)."
     )

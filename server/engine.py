@@ -1,15 +1,18 @@
 """Engines: generate completions from the served LoRA, with token ids and logprobs.
 
-`TransformersEngine` runs everywhere (CPU or GPU). Concurrent requests queue up and are batched
-into one left-padded decoding loop; each row keeps its own sampling settings and, when seeded, its
-own random generator, so a seeded request samples the same tokens whatever it is batched with.
+`TransformersEngine` runs everywhere (CPU or GPU). It batches continuously: a worker thread decodes
+every running row one token per pass, a request that arrives joins at the next pass (its prompt
+prefilled once for all its choices and for identical prompts arriving with it), and a finished
+row leaves at once. Each row keeps its own sampling settings and, when seeded, its own random
+stream, so a seeded request samples the same tokens whatever it is batched with.
 The loop is written out (not `model.generate`) because it must return, per token, the logprob the
 trainer will recompute: log-softmax of the logits divided by the sampling temperature (1 for greedy),
 before top-p. The trainer trains that tempered, untruncated policy; top-p only narrows which tokens
 get drawn, and the sampler's logprobs on the same basis make any gap between the two measurable.
 
 The service pauses the engine while training updates `engine.model` in place; requests that
-arrive meanwhile wait in the queue and are served by the new step.
+arrive meanwhile wait in the queue and are served by the new step; pausing stops admission, so the
+running rows finish first.
 """
 
 from __future__ import annotations
@@ -18,13 +21,17 @@ import asyncio
 import collections
 import contextlib
 import inspect
+import random
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from art_agents.server.kv_batch import KVBatch
 from art_agents.server.memory import trim_heap
+from art_agents.server.sampler import row_random, sample_tokens, token_logprobs
 from art_agents.server.stream_text import IncrementalDecoder
 from art_agents.train_config import ModelConfig
 
@@ -106,6 +113,21 @@ class _Request:
     older: OlderStep | None = None
     cancel: threading.Event | None = None  # set when the client went away: stop at the next token
     streamed: bool = False  # tokens already went out to the client
+    alone: bool = False  # failed in a batch: retried in a batch of its own
+    samples: list[Sample | None] = field(default_factory=list)  # by choice, filled as rows finish
+
+
+@dataclass
+class _Row:
+    """One choice being decoded: its random stream, the tokens so far, and (with stop strings) its text."""
+
+    request: _Request
+    choice: int
+    random: random.Random
+    text: IncrementalDecoder | None
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish: str | None = None
 
 
 def _device(config: ModelConfig) -> str:
@@ -182,6 +204,8 @@ class TransformersEngine:
         self._pending: collections.deque[_Request] = collections.deque()
         self._wakeup = asyncio.Event()
         self._gate = asyncio.Lock()  # held by a running batch or by training
+        self._lock = threading.Lock()  # the worker thread takes from `_pending` while the event loop adds
+        self._holds = 0  # paused() callers waiting: admit no more rows
         self._worker: asyncio.Task[None] | None = None
         self._older: collections.OrderedDict[int, str] = collections.OrderedDict()  # step -> loaded adapter name
 
@@ -205,9 +229,14 @@ class TransformersEngine:
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
-        """Hold generation (the running batch finishes first); queued requests wait until exit."""
-        async with self._gate:
-            yield
+        """Hold generation (the running rows finish first, none join); queued requests wait until exit."""
+        self._holds += 1
+        try:
+            async with self._gate:
+                yield
+        finally:
+            self._holds -= 1
+            self._wakeup.set()
 
     async def generate(
         self,
@@ -228,7 +257,8 @@ class TransformersEngine:
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._run(), name="art-engine")
         future: asyncio.Future[list[Sample]] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Request(list(prompt_ids), params, future, on_token, older, cancel))
+        with self._lock:
+            self._pending.append(_Request(list(prompt_ids), params, future, on_token, older, cancel))
         self._wakeup.set()
         return await future
 
@@ -245,69 +275,22 @@ class TransformersEngine:
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
-            await asyncio.sleep(0)  # let requests made in the same tick join this batch
-            batch = self._next_batch()
+            older = self._pending[0].older
             async with self._gate:
-                for request, outcome in zip(batch, await self._isolated(batch), strict=True):
-                    if request.future.done():
-                        continue
-                    if isinstance(outcome, Exception):
-                        request.future.set_exception(outcome)
-                    else:
-                        request.future.set_result(outcome)
+                await asyncio.to_thread(self._serve, older)
             if not self._pending:
                 trim_heap()
 
-    async def _isolated(self, batch: list[_Request]) -> list[list[Sample] | Exception]:
-        """Each request's samples, or the error it caused: a batch that fails is retried one request at
-        a time, so one bad request fails alone instead of taking the others down with it (a streamed
-        request that already sent tokens cannot start over, and fails with the batch)."""
-        try:
-            return list(await asyncio.to_thread(self._generate_for, batch))
-        except Exception as exc:
-            if len(batch) == 1:
-                return [exc]
-            failure = exc
-        outcomes: list[list[Sample] | Exception] = []
-        for request in batch:
-            if request.streamed:
-                outcomes.append(failure)
-                continue
-            try:
-                outcomes.append((await asyncio.to_thread(self._generate_for, [request]))[0])
-            except Exception as exc:
-                outcomes.append(exc)
-        return outcomes
-
-    def _next_batch(self) -> list[_Request]:
-        """The oldest request and those queued after it for the same checkpoint, up to max_batch_size rows."""
-        wanted = self._pending[0].older
-        batch: list[_Request] = []
-        rows = 0
-        for request in list(self._pending):
-            if request.older != wanted:
-                continue
-            if batch and rows + request.params.n > self.config.max_batch_size:
-                break
-            batch.append(request)
-            rows += request.params.n
-            self._pending.remove(request)
-        return batch
-
-    def _generate_for(self, batch: list[_Request]) -> list[list[Sample]]:
-        """`_generate_batch` with the batch's checkpoint active: the latest, or an older one loaded beside it."""
-        older = batch[0].older
+    def _serve(self, older: OlderStep | None) -> None:
+        """Decode requests for one checkpoint, admitting more as they arrive, until none is left (worker thread)."""
         if older is None or older.step == self.step:
-            return self._generate_batch(batch)
+            self._run_batch(None, self.step)
+            return
         self.model.set_adapter(self._older_adapter(older))
         try:
-            grouped = self._generate_batch(batch)
+            self._run_batch(older, older.step)
         finally:
             self.model.set_adapter("default")  # also makes only "default" trainable again
-        for samples in grouped:
-            for sample in samples:
-                sample.step = older.step
-        return grouped
 
     def _older_adapter(self, older: OlderStep, keep: int = 2) -> str:
         """The adapter name of an older checkpoint, loaded (frozen) on first use; the least recent of more
@@ -329,105 +312,161 @@ class TransformersEngine:
             _, name = self._older.popitem()
             self.model.delete_adapter(name)
 
-    def _generate_batch(self, batch: list[_Request]) -> list[list[Sample]]:
-        """Sample every choice of every request in one decoding loop (runs in a worker thread)."""
+    def _take(self, older: OlderStep | None, running: int) -> list[_Request]:
+        """Waiting requests that join a batch of `running` rows, oldest first: up to max_batch_size rows, all for
+        `older`'s checkpoint (a request for another stops admission, so that checkpoint is served next)."""
+        if self._holds:
+            return []
+        taken: list[_Request] = []
+        rows = running
+        with self._lock:
+            for request in self._pending:
+                if request.older != older or (request.alone and (taken or running)):
+                    break
+                if (taken or running) and rows + request.params.n > self.config.max_batch_size:
+                    break
+                taken.append(request)
+                rows += request.params.n
+                if request.alone:
+                    break
+            for request in taken:
+                self._pending.remove(request)
+        return taken
+
+    def _await_arrivals(self) -> None:
+        """Give requests sent together (a group's rollouts) a short, bounded window to arrive together, so their
+        prompts are prefilled in one pass and identical ones once."""
+        deadline = time.monotonic() + self.config.admission_window_ms / 1000
+        while time.monotonic() < deadline and not self._holds:
+            if sum(r.params.n for r in list(self._pending)) >= self.config.max_batch_size:
+                return
+            time.sleep(0.001)
+
+    def _run_batch(self, older: OlderStep | None, step: int) -> None:
+        """The continuous batch: each pass feeds every running row one token and prefills the requests that
+        arrived meanwhile; a finished row leaves at once and its request is answered when all its choices are."""
         import torch
 
-        rows = [(request, index) for request in batch for index in range(request.params.n)]
-        step = self.step
-        generators = []
-        for request, index in rows:
-            generator = torch.Generator(device=self.device)
-            if request.params.seed is not None:
-                generator.manual_seed(request.params.seed + index)
+        batch = KVBatch(self.model, self._cache_kw, self._pad_id, self.device)
+        rows: list[_Row] = []
+        while True:
+            if not rows:
+                self._await_arrivals()
+            arrivals = self._take(older, len(rows)) if not rows or batch.joinable else []
+            if not rows and not arrivals:
+                return
+            try:
+                with torch.inference_mode():
+                    if rows:
+                        self._advance(rows, batch.step([row.ids[-1] for row in rows]), step)
+                    if arrivals:
+                        rows += self._join(batch, arrivals, step)
+            except Exception as exc:
+                self._fail({id(r.request): r.request for r in rows} | {id(r): r for r in arrivals}, exc)
+                batch, rows = KVBatch(self.model, self._cache_kw, self._pad_id, self.device), []
+                continue
+            staying = [i for i, row in enumerate(rows) if row.finish is None]
+            if len(staying) < len(rows):
+                batch.keep(staying)
+                rows = [rows[i] for i in staying]
+
+    def _join(self, batch: KVBatch, arrivals: list[_Request], step: int) -> list[_Row]:
+        """Prefill the arrivals' distinct prompts once, add a row per choice, and sample each row's first token."""
+        distinct: dict[tuple[int, ...], int] = {}
+        rows, copies = [], []
+        for request in arrivals:
+            request.samples = [None] * request.params.n
+            prompt = distinct.setdefault(tuple(request.prompt_ids), len(distinct))
+            for choice in range(request.params.n):
+                seed = None if request.params.seed is None else request.params.seed + choice
+                decoder = IncrementalDecoder(self.tokenizer) if request.params.stop else None
+                rows.append(_Row(request, choice, row_random(seed), decoder))
+                copies.append(prompt)
+        try:
+            logits = batch.join([list(p) for p in distinct], copies)
+        except Exception as exc:
+            if len(arrivals) == 1 or any(r.alone for r in arrivals):
+                raise
+            self._requeue_alone(arrivals)
+            return []
+        self._advance(rows, logits, step)
+        return rows
+
+    def _advance(self, rows: list[_Row], logits: Any, step: int) -> None:
+        """Sample each row's next token from its logits; finish rows that stopped, were cancelled or ran out."""
+        import torch
+
+        def column(values: list[float]) -> Any:
+            return torch.tensor(values, device=logits.device)
+
+        params = [row.request.params for row in rows]
+        tokens = sample_tokens(
+            logits,
+            column([p.temperature for p in params]),
+            column([p.top_p for p in params]),
+            column([row.random.random() for row in rows]),
+        )
+        logprobs = token_logprobs(logits, tokens, column([p.logprob_temperature for p in params])).tolist()
+        for row, token, logprob in zip(rows, tokens.tolist(), logprobs, strict=True):
+            request = row.request
+            if request.cancel is not None and request.cancel.is_set():
+                self._finish(row, "cancelled", self._decode(row.ids), step)
+                continue
+            row.ids.append(token)
+            row.logprobs.append(logprob)
+            if request.on_token is not None:
+                request.streamed = True
+                request.on_token(row.choice, token)
+            reason, text = self._check_finish(token, row.ids, request.params, request.params.max_tokens, row.text)
+            if reason is not None:
+                self._finish(row, reason, text or "", step)
+
+    def _finish(self, row: _Row, reason: str, text: str, step: int) -> None:
+        row.finish = reason
+        request = row.request
+        request.samples[row.choice] = Sample(
+            token_ids=row.ids,
+            logprobs=row.logprobs,
+            text=text,
+            finish_reason=reason,  # type: ignore[arg-type]
+            step=step,
+            temperature=request.params.logprob_temperature,
+        )
+        if all(sample is not None for sample in request.samples):
+            self._answer(request, list(request.samples))  # type: ignore[arg-type]
+
+    def _fail(self, requests: dict[int, _Request], exc: Exception) -> None:
+        """A failed pass: requests that streamed tokens fail with it; the others are retried one at a time, so one
+        bad request fails alone instead of taking the others down with it."""
+        retry = []
+        for request in requests.values():
+            if request.future.done():
+                continue
+            if request.streamed or request.alone or len(requests) == 1:
+                self._answer(request, exc)
             else:
-                generator.seed()
-            generators.append(generator)
-        width = max(len(r.prompt_ids) for r, _ in rows)
-        input_ids = torch.full((len(rows), width), self._pad_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, (request, _) in enumerate(rows):
-            input_ids[i, width - len(request.prompt_ids) :] = torch.tensor(request.prompt_ids)
-            attention[i, width - len(request.prompt_ids) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        temperature = torch.tensor([[r.params.temperature] for r, _ in rows], device=self.device)
-        top_p = torch.tensor([[r.params.top_p] for r, _ in rows], device=self.device)
-        basis = torch.tensor([[r.params.logprob_temperature] for r, _ in rows], device=self.device)
-        budget = [r.params.max_tokens for r, _ in rows]
-        decoders = [IncrementalDecoder(self.tokenizer) if r.params.stop else None for r, _ in rows]
-        out_ids: list[list[int]] = [[] for _ in rows]
-        out_lp: list[list[float]] = [[] for _ in rows]
-        finish: list[str | None] = [None] * len(rows)
-        texts: list[str | None] = [None] * len(rows)
-        past = None
-        step_input = input_ids
-        with torch.inference_mode():
-            while any(f is None for f in finish):
-                output = self.model(
-                    input_ids=step_input,
-                    attention_mask=attention,
-                    position_ids=positions,
-                    use_cache=True,
-                    logits_to_keep=1,
-                    **{self._cache_kw: past},
-                )
-                past = getattr(output, self._cache_kw)
-                logits = output.logits[:, -1, :].float()
-                logprobs = torch.log_softmax(logits / basis, dim=-1)
-                chosen = self._sample(logits, temperature, top_p, generators)
-                for i, token in enumerate(chosen):
-                    if finish[i] is not None:
-                        continue
-                    cancel = rows[i][0].cancel
-                    if cancel is not None and cancel.is_set():
-                        finish[i], texts[i] = "cancelled", self._decode(out_ids[i])
-                        continue
-                    out_ids[i].append(token)
-                    out_lp[i].append(float(logprobs[i, token]))
-                    request, choice = rows[i]
-                    if request.on_token is not None:
-                        request.streamed = True
-                        request.on_token(choice, token)
-                    finish[i], texts[i] = self._check_finish(token, out_ids[i], request.params, budget[i], decoders[i])
-                step_input = torch.tensor([[t] for t in chosen], device=self.device)
-                attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
-                positions = positions[:, -1:] + 1
-        samples = [
-            Sample(
-                token_ids=ids,
-                logprobs=lps,
-                text=text or "",
-                finish_reason=reason,  # type: ignore[arg-type]
-                step=step,
-                temperature=request.params.logprob_temperature,
-            )
-            for ids, lps, text, reason, (request, _) in zip(out_ids, out_lp, texts, finish, rows, strict=True)
-        ]
-        grouped, start = [], 0
-        for request in batch:
-            grouped.append(samples[start : start + request.params.n])
-            start += request.params.n
-        return grouped
+                retry.append(request)
+        self._requeue_alone(retry)
+
+    def _requeue_alone(self, requests: list[_Request]) -> None:
+        with self._lock:
+            for request in reversed(requests):
+                request.alone, request.samples = True, []
+                self._pending.appendleft(request)
 
     @staticmethod
-    def _sample(logits: Any, temperature: Any, top_p: Any, generators: list[Any]) -> list[int]:
-        import torch
+    def _answer(request: _Request, outcome: list[Sample] | Exception) -> None:
+        """Resolve a request's future from the worker thread (skipped if its client already gave up)."""
 
-        greedy = logits.argmax(dim=-1)
-        scaled = logits / temperature.clamp(min=1e-5)
-        probs = torch.softmax(scaled, dim=-1)
-        sorted_probs, order = probs.sort(dim=-1, descending=True)
-        outside = (sorted_probs.cumsum(-1) - sorted_probs) >= top_p  # keeps at least the top token
-        sorted_probs = sorted_probs.masked_fill(outside, 0.0)
-        chosen = []
-        for i, generator in enumerate(generators):
-            if float(temperature[i, 0]) <= 0.0:
-                chosen.append(int(greedy[i]))
-                continue
-            pick = torch.multinomial(sorted_probs[i], 1, generator=generator)
-            chosen.append(int(order[i, pick]))
-        return chosen
+        def settle() -> None:
+            if request.future.done():
+                return
+            if isinstance(outcome, Exception):
+                request.future.set_exception(outcome)
+            else:
+                request.future.set_result(outcome)
+
+        request.future.get_loop().call_soon_threadsafe(settle)
 
     def _check_finish(
         self, token: int, ids: list[int], params: SamplingParams, budget: int, text: IncrementalDecoder | None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from art_agents.server.engine import Sample, TransformersEngine, _Request, load_peft_model
+from art_agents.server.engine import OlderStep, Sample, TransformersEngine, _Request, load_peft_model
 from art_agents.train_config import ModelConfig
 
 
@@ -28,10 +28,15 @@ class ScriptedEngine(TransformersEngine):
         model, tokenizer = load_peft_model(base_model, config)
         return cls(model, tokenizer, config)
 
-    def _generate_batch(self, batch: list[_Request]) -> list[list[Sample]]:
-        return [[self._answer(request, choice) for choice in range(request.params.n)] for request in batch]
+    def _run_batch(self, older: OlderStep | None, step: int) -> None:
+        while requests := self._take(older, 0):
+            for request in requests:
+                try:
+                    self._answer(request, [self._scripted(request, choice, step) for choice in range(request.params.n)])
+                except Exception as exc:
+                    self._answer(request, exc)
 
-    def _answer(self, request: _Request, choice: int) -> Sample:
+    def _scripted(self, request: _Request, choice: int, step: int) -> Sample:
         import torch
 
         text = next(self._texts)
@@ -56,6 +61,6 @@ class ScriptedEngine(TransformersEngine):
             logprobs=logprobs.tolist(),
             text=decoded,
             finish_reason=finish,
-            step=self.step,
+            step=step,
             temperature=basis,
         )

@@ -168,24 +168,3 @@ def test_stream_is_incremental_and_never_leaks_a_stop_string(client: openai.Open
     assert "".join(pieces) == expected
     assert len(pieces) > 1  # sent as it is sampled, not in one piece at the end
     assert chunks[-1].choices[0].finish_reason == "stop"
-
-
-async def test_a_seeded_request_samples_the_same_tokens_alone_or_batched(tiny_model_path: Path) -> None:
-    import asyncio
-
-    from art_agents.server.chat_format import render_prompt_ids
-    from art_agents.server.engine import SamplingParams, TransformersEngine
-    from art_agents.train_config import ModelConfig
-
-    engine = TransformersEngine.load(str(tiny_model_path), ModelConfig())
-    batches: list[int] = []
-    generate_batch = engine._generate_batch
-    engine._generate_batch = lambda batch: (batches.append(len(batch)), generate_batch(batch))[1]  # type: ignore[method-assign]
-    prompts = [render_prompt_ids(engine.tokenizer, [{"role": "user", "content": "x" * k}], None) for k in (1, 40, 90)]
-    params = SamplingParams(max_tokens=12, seed=9, temperature=0.8)
-    alone = await engine.generate(prompts[0], params)
-    together = await asyncio.gather(*(engine.generate(p, params) for p in reversed(prompts)))
-    await engine.close()
-    assert batches == [1, 3]  # the three requests of one tick ran as one left-padded batch
-    assert together[-1][0].token_ids == alone[0].token_ids
-    assert together[-1][0].logprobs == pytest.approx(alone[0].logprobs, abs=1e-4)

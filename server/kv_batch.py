@@ -1,0 +1,120 @@
+"""The decoding state of the rows a transformers engine is sampling: one KV cache, left-padded.
+
+Rows join between decode steps (their distinct prompts prefilled together, then each prompt's cache
+copied to the rows that share it: the `n` choices of a request and a group's identical prompts pay
+for one prefill) and leave as soon as they finish, so a request never waits for a batch to drain.
+Every row keeps exactly one sampled token not yet fed to the model (its last); `step` feeds them.
+Positions are per row, so the left padding that joining adds and leaving trims changes nothing a
+row computes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class KVBatch:
+    def __init__(self, model: Any, cache_kw: str, pad_id: int, device: Any) -> None:
+        self.model = model
+        self.cache_kw = cache_kw  # "cache" in transformers >= 5.2x, "past_key_values" before
+        self.pad_id = pad_id
+        self.device = device
+        self.cache: Any = None
+        self.attention: Any = None  # [rows, width]: 1 where the cache holds a real token
+        self.positions: Any = None  # [rows, 1]: the position of each row's next fed token
+
+    @property
+    def rows(self) -> int:
+        return 0 if self.attention is None else int(self.attention.shape[0])
+
+    @property
+    def joinable(self) -> bool:
+        """Whether rows can join a running batch: only plain full-attention layers can be padded and merged."""
+        from transformers.cache_utils import DynamicLayer
+
+        return self.cache is None or all(type(layer) is DynamicLayer for layer in self.cache.layers)
+
+    def join(self, prompts: list[list[int]], copies: list[int]) -> Any:
+        """Prefill the distinct `prompts` and add one row per entry of `copies` (an index into `prompts`) after
+        the running rows; returns the new rows' next-token logits [len(copies), vocab]."""
+        import torch
+
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
+            attention[i, width - len(prompt) :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_kw: None},
+        )
+        index = torch.tensor(copies, device=self.device)
+        cache = getattr(output, self.cache_kw)
+        cache.reorder_cache(index)
+        attention = attention[index]
+        positions = attention.sum(-1, keepdim=True)
+        if self.cache is None:
+            self.cache, self.attention, self.positions = cache, attention, positions
+        else:
+            self._merge(cache, attention, positions)
+        return output.logits[:, -1, :].float()[index]
+
+    def _merge(self, cache: Any, attention: Any, positions: Any) -> None:
+        import torch
+
+        width = max(self.attention.shape[1], attention.shape[1])
+
+        def padded(tensor: Any, dim: int) -> Any:
+            missing = width - tensor.shape[dim]
+            if missing == 0:
+                return tensor
+            shape = list(tensor.shape)
+            shape[dim] = missing
+            return torch.cat([tensor.new_zeros(shape), tensor], dim=dim)
+
+        for mine, theirs in zip(self.cache.layers, cache.layers, strict=True):
+            mine.keys = torch.cat([padded(mine.keys, 2), padded(theirs.keys, 2)])
+            mine.values = torch.cat([padded(mine.values, 2), padded(theirs.values, 2)])
+        self.attention = torch.cat([padded(self.attention, 1), padded(attention, 1)])
+        self.positions = torch.cat([self.positions, positions])
+
+    def step(self, tokens: list[int]) -> Any:
+        """Feed each row its pending token; returns the next-token logits [rows, vocab]."""
+        import torch
+
+        attention = torch.cat([self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
+        output = self.model(
+            input_ids=torch.tensor(tokens, device=self.device)[:, None],
+            attention_mask=attention,
+            position_ids=self.positions,
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_kw: self.cache},
+        )
+        self.cache, self.attention = getattr(output, self.cache_kw), attention
+        self.positions = self.positions + 1
+        return output.logits[:, -1, :].float()
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep only these rows (in this order), and drop the left padding no remaining row needs."""
+        import torch
+
+        if not rows:
+            self.cache = self.attention = self.positions = None
+            return
+        index = torch.tensor(rows, device=self.device)
+        self.cache.reorder_cache(index)
+        self.attention, self.positions = self.attention[index], self.positions[index]
+        if not self.joinable:
+            return
+        lead = int(self.attention.any(dim=0).int().argmax())
+        if lead:
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
+            self.attention = self.attention[:, lead:]
