@@ -384,10 +384,11 @@ class TransformersEngine:
                 copies.append(prompt)
         try:
             logits = batch.join([list(p) for p in distinct], copies)
-        except Exception as exc:
-            if len(arrivals) == 1 or any(r.alone for r in arrivals):
-                raise
-            self._requeue_alone(arrivals)
+        except Exception as exc:  # the running rows are untouched: only the arrivals fail, or retry one at a time
+            if len(arrivals) == 1:
+                self._answer(arrivals[0], exc)
+            else:
+                self._requeue_alone(arrivals)
             return []
         self._advance(rows, logits, step)
         return rows
@@ -440,8 +441,8 @@ class TransformersEngine:
         bad request fails alone instead of taking the others down with it."""
         retry = []
         for request in requests.values():
-            if request.future.done():
-                continue
+            if request.future.done() or (request.samples and all(s is not None for s in request.samples)):
+                continue  # answered already
             if request.streamed or request.alone or len(requests) == 1:
                 self._answer(request, exc)
             else:
