@@ -383,13 +383,14 @@ class TransformersEngine:
                 rows.append(_Row(request, choice, row_random(seed), decoder))
                 copies.append(prompt)
         try:
-            logits = batch.join([list(p) for p in distinct], copies)
+            order, logits = batch.join(list(distinct), copies)
         except Exception as exc:  # the running rows are untouched: only the arrivals fail, or retry one at a time
             if len(arrivals) == 1:
                 self._answer(arrivals[0], exc)
             else:
                 self._requeue_alone(arrivals)
             return []
+        rows = [rows[entry] for entry in order]
         self._advance(rows, logits, step)
         return rows
 

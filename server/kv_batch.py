@@ -1,8 +1,9 @@
 """The decoding state of the rows a transformers engine is sampling: one KV cache, left-padded.
 
-Rows join between decode steps (their distinct prompts prefilled together, then each prompt's cache
-copied to the rows that share it: the `n` choices of a request and a group's identical prompts pay
-for one prefill) and leave as soon as they finish, so a request never waits for a batch to drain.
+Rows join between decode steps and leave as soon as they finish, so a request never waits for a
+batch to drain. A prompt is prefilled once: its cache is copied to every row that shares it (the
+`n` choices of a request, a group's identical prompts), also to rows that arrive while an earlier
+row with that prompt is still decoding (the copy masks out what that row has generated since).
 Every row keeps exactly one sampled token not yet fed to the model (its last); `step` feeds them.
 Positions are per row, so the left padding that joining adds and leaving trims changes nothing a
 row computes.
@@ -22,6 +23,8 @@ class KVBatch:
         self.cache: Any = None
         self.attention: Any = None  # [rows, width]: 1 where the cache holds a real token
         self.positions: Any = None  # [rows, 1]: the position of each row's next fed token
+        self.prompts: list[tuple[int, ...]] = []  # each row's prompt
+        self.first_logits: dict[tuple[int, ...], Any] = {}  # a running prompt's next-token logits after prefill
 
     @property
     def rows(self) -> int:
@@ -34,9 +37,28 @@ class KVBatch:
 
         return self.cache is None or all(type(layer) is DynamicLayer for layer in self.cache.layers)
 
-    def join(self, prompts: list[list[int]], copies: list[int]) -> Any:
-        """Prefill the distinct `prompts` and add one row per entry of `copies` (an index into `prompts`) after
-        the running rows; returns the new rows' next-token logits [len(copies), vocab]."""
+    def join(self, prompts: list[tuple[int, ...]], copies: list[int]) -> tuple[list[int], Any]:
+        """Add one row per entry of `copies` (an index into the distinct `prompts`) after the running rows, prefilling
+        only prompts no running row has. Returns the entries in the order their rows were added, and those rows'
+        next-token logits [len(copies), vocab]."""
+        import torch
+
+        running = {prompt: row for row, prompt in enumerate(self.prompts) if prompt in self.first_logits}
+        fresh = [i for i in range(len(prompts)) if prompts[i] not in running]
+        order = [entry for entry, i in enumerate(copies) if prompts[i] not in running]
+        logits = []
+        if fresh:
+            slot = {i: k for k, i in enumerate(fresh)}
+            logits.append(self._prefill([prompts[i] for i in fresh], [slot[copies[entry]] for entry in order]))
+        shared = [entry for entry, i in enumerate(copies) if prompts[i] in running]
+        if shared:
+            sources = [running[prompts[copies[entry]]] for entry in shared]
+            self._copy_prompts(sources)
+            logits.append(torch.stack([self.first_logits[self.prompts[row]] for row in sources]))
+        self.prompts += [prompts[copies[entry]] for entry in order + shared]
+        return order + shared, torch.cat(logits)
+
+    def _prefill(self, prompts: list[tuple[int, ...]], copies: list[int]) -> Any:
         import torch
 
         width = max(len(p) for p in prompts)
@@ -54,6 +76,8 @@ class KVBatch:
             logits_to_keep=1,
             **{self.cache_kw: None},
         )
+        last = output.logits[:, -1, :].float()
+        self.first_logits.update(zip(prompts, last, strict=True))
         index = torch.tensor(copies, device=self.device)
         cache = getattr(output, self.cache_kw)
         cache.reorder_cache(index)
@@ -63,7 +87,21 @@ class KVBatch:
             self.cache, self.attention, self.positions = cache, attention, positions
         else:
             self._merge(cache, attention, positions)
-        return output.logits[:, -1, :].float()[index]
+        return last[index]
+
+    def _copy_prompts(self, sources: list[int]) -> None:
+        """New rows holding the prompt part of these running rows' caches (what they generated since, masked out)."""
+        import torch
+
+        index = torch.tensor(sources, device=self.device)
+        lengths = torch.tensor([len(self.prompts[row]) for row in sources], device=self.device)
+        attention = self.attention[index]
+        attention = attention * (attention.cumsum(-1) <= lengths[:, None])
+        for layer in self.cache.layers:
+            layer.keys = torch.cat([layer.keys, layer.keys[index]])
+            layer.values = torch.cat([layer.values, layer.values[index]])
+        self.attention = torch.cat([self.attention, attention])
+        self.positions = torch.cat([self.positions, lengths[:, None]])
 
     def _merge(self, cache: Any, attention: Any, positions: Any) -> None:
         import torch
@@ -105,6 +143,8 @@ class KVBatch:
         """Keep only these rows (in this order), and drop the left padding no remaining row needs."""
         import torch
 
+        self.prompts = [self.prompts[row] for row in rows]
+        self.first_logits = {prompt: logits for prompt, logits in self.first_logits.items() if prompt in self.prompts}
         if not rows:
             self.cache = self.attention = self.positions = None
             return

@@ -31,13 +31,13 @@ async def engine(tiny_model_path: Path) -> AsyncIterator[TransformersEngine]:
 def prefills(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     """(distinct prompts, rows) of every prefill pass."""
     seen: list[tuple[int, int]] = []
-    join = KVBatch.join
+    prefill = KVBatch._prefill
 
-    def counted(self: KVBatch, prompts: list[list[int]], copies: list[int]) -> Any:
+    def counted(self: KVBatch, prompts: list[tuple[int, ...]], copies: list[int]) -> Any:
         seen.append((len(prompts), len(copies)))
-        return join(self, prompts, copies)
+        return prefill(self, prompts, copies)
 
-    monkeypatch.setattr(KVBatch, "join", counted)
+    monkeypatch.setattr(KVBatch, "_prefill", counted)
     return seen
 
 
@@ -60,18 +60,31 @@ async def test_a_seeded_row_samples_the_same_alone_batched_joined_late_or_as_one
     short, middle, long = (prompt(engine, k) for k in (1, 40, 90))
     alone = (await engine.generate(short, SEEDED))[0]
     together = await asyncio.gather(*(engine.generate(p, SEEDED) for p in (long, middle, short)))
-
     running = await decoding(engine, long, NEVER_STOPS)
     joined = await engine.generate(short, SEEDED)
     await running
     as_choice = await engine.generate(short, SamplingParams(max_tokens=12, seed=9, temperature=0.8, n=3))
 
-    assert prefills[:2] == [(1, 1), (3, 3)]  # alone, then the three of one tick in one left-padded pass
-    assert prefills[2:4] == [(1, 1), (1, 1)]  # the late request joined a running batch with a prefill of its own
+    assert prefills == [(1, 1), (3, 3), (1, 1), (1, 1), (1, 3)]  # the three of one tick in one left-padded pass;
+    # the late request joined the running batch with a prefill of its own
     for sample in (together[2][0], joined[0], as_choice[0]):
         assert sample.token_ids == alone.token_ids
         assert sample.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
     assert as_choice[1].token_ids != alone.token_ids  # choice i draws from seed + i
+
+
+async def test_a_request_joining_a_row_with_its_prompt_copies_that_prompt_instead_of_prefilling(
+    engine: TransformersEngine, prefills: list[tuple[int, int]]
+) -> None:
+    group = prompt(engine, 50)
+    alone = (await engine.generate(group, SEEDED))[0]
+    running = await decoding(engine, group, NEVER_STOPS)
+    await asyncio.sleep(0.05)  # the running row is tokens past its prompt
+    joined = (await engine.generate(group, SEEDED))[0]
+    await running
+    assert prefills == [(1, 1), (1, 1)]  # the joining request prefilled nothing
+    assert joined.token_ids == alone.token_ids
+    assert joined.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
 
 
 async def test_identical_prompts_and_n_choices_share_one_prefill(
@@ -109,8 +122,8 @@ async def test_a_request_that_breaks_its_prefill_fails_alone(
     poison = prompt(engine, 7)
     join = KVBatch.join
 
-    def breaks_on_poison(self: KVBatch, prompts: list[list[int]], copies: list[int]) -> Any:
-        if poison in prompts:
+    def breaks_on_poison(self: KVBatch, prompts: list[tuple[int, ...]], copies: list[int]) -> Any:
+        if tuple(poison) in prompts:
             raise RuntimeError("this prompt breaks the model")
         return join(self, prompts, copies)
 
