@@ -1,4 +1,4 @@
-"""`art-agents serve`, `art-agents tiny-model` and `art-agents quickstart`."""
+"""`art-agents serve`, `doctor`, `tiny-model` and `quickstart`."""
 
 from __future__ import annotations
 
@@ -61,8 +61,15 @@ def serve(
         str | None, typer.Option(help="Hub id or local folder of --model's base model (a new model's step 0).")
     ] = None,
     project: Annotated[str, typer.Option(help="Project folder of --model under --art-path.")] = "default",
+    vllm_python: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ART_VLLM_PYTHON", help="Python of the virtualenv vLLM is installed in (default: this one)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API and the training routes."""
+    _use_vllm_python(vllm_python)
     try:
         check_bind(host, api_key)
         serve_models = _start_up_models(model, base_model, project)
@@ -104,6 +111,53 @@ def _start_up_models(model: str | None, base_model: str | None, project: str) ->
     return [RegisterRequest(name=model, project=project, base_model=base_model)]
 
 
+def _use_vllm_python(python: str | None) -> None:
+    """The vLLM engine reads the python from the environment (a setting of the server, never of a client)."""
+    if python:
+        import os
+
+        from art_agents.server.vllm_process import PYTHON_ENV
+
+        os.environ[PYTHON_ENV] = python
+
+
+def doctor(
+    vllm_python: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ART_VLLM_PYTHON", help="Python of the virtualenv vLLM is installed in (default: this one)."
+        ),
+    ] = None,
+) -> None:
+    """Print which engine `engine="auto"` will use and why: CUDA, vLLM and the versions of the stack."""
+    import importlib.metadata
+    import sys
+
+    import torch
+
+    from art_agents.server.engine_choice import choose_engine, find_vllm
+    from art_agents.train_config import ModelConfig
+
+    _use_vllm_python(vllm_python)
+    typer.echo(f"python        {sys.executable} ({sys.version.split()[0]})")
+    for package in ("art-agents", "torch", "transformers", "peft", "trl", "accelerate"):
+        try:
+            version = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            version = "not installed"
+        typer.echo(f"{package:<13} {version}")
+    if torch.cuda.is_available():
+        names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+        typer.echo(f"CUDA          {torch.version.cuda}: {names}")
+    else:
+        typer.echo(f"CUDA          not available (torch {torch.__version__} built for CUDA {torch.version.cuda})")
+    install = find_vllm()
+    found = install.version or install.problem or "not installed"
+    typer.echo(f"vLLM          {found} (in {install.python})")
+    engine, why = choose_engine(ModelConfig())
+    typer.echo(f"engine=auto   {engine}: {why}")
+
+
 def tiny_model(
     path: Annotated[Path, typer.Argument(help="Folder to write the model into.")],
     arch: Annotated[str, typer.Option(help="qwen3 or llama.")] = "qwen3",
@@ -142,5 +196,6 @@ def quickstart(
 
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
+    app.command("doctor")(doctor)
     app.command("tiny-model")(tiny_model)
     app.command("quickstart")(quickstart)

@@ -54,7 +54,7 @@ def open_served_model(model_dir: Path, request: RegisterRequest) -> ServedModel:
     if request.config.engine != "scripted":
         ModelSources.find(request.base_model, request.config.gguf_file)
     try:
-        engine = _load_engine(request.base_model, request.config)
+        engine = _load_engine(request.base_model, request.config, request.name, model_dir)
     except ServiceError:
         raise
     except Exception as exc:
@@ -76,13 +76,19 @@ def open_served_model(model_dir: Path, request: RegisterRequest) -> ServedModel:
     return ServedModel(info=info, model_dir=model_dir, engine=engine, store=store)
 
 
-def _load_engine(base_model: str, config: ModelConfig) -> Engine:
-    if config.engine == "transformers":
+def _load_engine(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
+    from art_agents.server.engine_choice import choose_engine
+
+    engine, why = choose_engine(config)
+    log.info("model %s is served by the %s engine: %s", name, engine, why)
+    if engine == "transformers":
         from art_agents.server.engine import TransformersEngine
 
         return TransformersEngine.load(base_model, config)
-    if config.engine == "scripted":
-        from art_agents.server.scripted_engine import ScriptedEngine
+    if engine == "vllm":
+        from art_agents.server.vllm_engine import VLLMEngine
 
-        return ScriptedEngine.load(base_model, config)
-    raise ServiceError(400, f"engine {config.engine!r} is not available in this server; use engine='transformers'")
+        return VLLMEngine.load(base_model, config, name=name, model_dir=model_dir)
+    from art_agents.server.scripted_engine import ScriptedEngine
+
+    return ScriptedEngine.load(base_model, config)

@@ -126,9 +126,10 @@ def _commit(
     groups_path = trajectories_path(served.model_dir, "train", step)
     try:
         write_groups(groups_path, request.groups)
-        checkpoints.save_checkpoint(
+        path = checkpoints.save_checkpoint(
             served.model_dir, step, served.engine.model, optimizer_state, {"metrics": metrics, "config": config}
         )
+        served.engine.publish_checkpoint(step, path)  # an engine serving a copy of the weights (vLLM) loads it
         metrics["step_s"] = time.perf_counter() - started
         checkpoints.append_history(
             served.model_dir, {"step": step, "time": time.time(), "metrics": metrics, "config": config}

@@ -1,0 +1,52 @@
+"""Which engine serves a model: `engine="auto"` resolved, with the reason (also printed by `art-agents doctor`)."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+
+from art_agents.server.vllm_process import PYTHON_ENV, vllm_python
+from art_agents.train_config import ModelConfig
+
+
+@dataclass(frozen=True)
+class VLLMInstall:
+    python: str
+    version: str | None  # None: vLLM is not installed there
+    problem: str | None = None  # why the python could not be asked
+
+
+def find_vllm(python: str | None = None) -> VLLMInstall:
+    """vLLM's version in the vLLM python, read from its metadata (importing vLLM takes many seconds)."""
+    python = python or vllm_python()
+    script = "import importlib.metadata as m\ntry: print(m.version('vllm'))\nexcept m.PackageNotFoundError: pass"
+    try:
+        done = subprocess.run([python, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return VLLMInstall(python, None, f"{python} could not be run ({exc}); check {PYTHON_ENV} / --vllm-python")
+    if done.returncode != 0:
+        return VLLMInstall(python, None, f"{python} failed: {done.stderr.strip()[-500:]}")
+    return VLLMInstall(python, done.stdout.strip() or None)
+
+
+def cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def choose_engine(config: ModelConfig) -> tuple[str, str]:
+    """(engine, why): `auto` is vLLM where CUDA is available and vLLM is installed in the vLLM python."""
+    if config.engine != "auto":
+        return config.engine, f"engine={config.engine!r} was asked for"
+    if config.gguf_file:
+        return "transformers", "a gguf_file is served by the transformers engine"
+    if config.device.startswith("cpu"):
+        return "transformers", f"device={config.device!r}"
+    if not cuda_available():
+        return "transformers", "no CUDA device (vLLM needs one)"
+    install = find_vllm()
+    if install.version is None:
+        missing = install.problem or f"vLLM is not installed in {install.python}"
+        return "transformers", f"{missing}; install it there or point {PYTHON_ENV} / --vllm-python at its python"
+    return "vllm", f"CUDA is available and vLLM {install.version} is installed in {install.python}"
