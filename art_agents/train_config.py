@@ -154,8 +154,8 @@ class ModelConfig(Schema):
         None,
         description=(
             "vLLM: put vLLM to sleep (level 1: weights to CPU memory, KV cache freed) while training, so the "
-            "trainer gets the GPU memory; starts vLLM with --enable-sleep-mode. None: on when CUDA is available "
-            "(training shares vLLM's GPU)."
+            "trainer gets the GPU memory; starts vLLM with --enable-sleep-mode. None: on when the trainer runs on "
+            "CUDA (`device`), sharing vLLM's GPU."
         ),
     )
     scripted_responses: list[str] | None = Field(

@@ -6,6 +6,8 @@ AdamW. Ours is timed for the whole `PolicyTrainer.train` call (token-store looku
 sequence building, forward/backward, clipping, optimizer step); TRL's for its own loss
 (`GRPOTrainer.compute_loss` on prepared inputs, which is what its training step runs once the
 completions exist), backward, clipping and optimizer step. Generation is excluded on both sides.
+The two run interleaved (ours, TRL, ours, ...) after one warm-up round; each figure is a median with
+its min-max spread, and the ratio is the median of the per-round ratios.
 
     python benchmarks/grpo_step.py [--groups 4] [--group-size 8] [--completion-tokens 32] [--steps 5]
 """
@@ -13,13 +15,15 @@ completions exist), backward, clipping and optimizer step. Generation is exclude
 from __future__ import annotations
 
 import argparse
-import statistics
+import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds timing.py
+from timing import interleaved, ratio
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
@@ -89,7 +93,11 @@ def ours_step(
     config = TrainConfig(
         learning_rate=1e-4, micro_batch_size=micro_batch_size, max_completion_tokens=len(rows[0]["completion_ids"])
     )
-    return lambda: trainer.train(groups, config)
+
+    def step() -> None:
+        trainer.train(groups, config)
+
+    return step
 
 
 def trl_step(
@@ -151,19 +159,13 @@ def trl_step(
     return step
 
 
-def timed(step: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    step()
-    return time.perf_counter() - start
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--completion-tokens", type=int, default=32)
     parser.add_argument("--micro-batch-size", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5, help="measured steps of each side, interleaved")
     parser.add_argument(
         "--trl-gradient-checkpointing", action="store_true",
         help="TRL's own default (on); off by default here because PolicyTrainer does not checkpoint activations",
@@ -194,18 +196,11 @@ def main() -> None:
             work,
             options.trl_gradient_checkpointing,
         )
-        run_ours(), run_trl()  # warm-up
-        ours, trl = [], []
-        for _ in range(options.steps):  # interleaved, so load changes on a shared machine hit both sides alike
-            ours.append(timed(run_ours))
-            trl.append(timed(run_trl))
-    ours_s, trl_s = statistics.median(ours), statistics.median(trl)
-    print(f"art-agents PolicyTrainer.train: median {ours_s * 1000:.1f} ms/step over {len(ours)} steps")
+        times = interleaved({"ours": run_ours, "trl": run_trl}, rounds=options.steps)
     checkpointing = "on" if options.trl_gradient_checkpointing else "off"
-    print(
-        f"TRL GRPOTrainer loss+backward+step (gradient checkpointing {checkpointing}): median {trl_s * 1000:.1f} ms/step over {len(trl)} steps"
-    )
-    print(f"ratio (ours / TRL): {ours_s / trl_s:.2f}x")
+    print(f"art-agents PolicyTrainer.train: {times['ours']} per step")
+    print(f"TRL GRPOTrainer loss+backward+step (gradient checkpointing {checkpointing}): {times['trl']} per step")
+    print(f"ratio (ours / TRL): {ratio(times['ours'], times['trl']).format('x', 1, 2)}")
 
 
 if __name__ == "__main__":

