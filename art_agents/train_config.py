@@ -60,6 +60,22 @@ class TrainConfig(Schema):
         ),
     )
     micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass; gradients accumulate.")
+    micro_batch_tokens: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Also cap a micro-batch's padded tokens (sequences x the longest one), so a batch of long sequences "
+            "fits in memory while short ones still batch by `micro_batch_size`; a longer sequence trains alone. "
+            "None: no cap."
+        ),
+    )
+    gradient_checkpointing: bool = Field(
+        False,
+        description=(
+            "Recompute activations during backward instead of keeping them (non-reentrant, as TRL): much less "
+            "activation memory (a GPU shared with vLLM, long sequences) for roughly a third more time."
+        ),
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     max_completion_tokens: int = Field(

@@ -110,8 +110,13 @@ class PolicyTrainer:
         device = params[0].device
         trajectories = {(s.group, s.trajectory) for s in sequences if s.trained_tokens}
         totals = BatchTotals(trajectories=len(trajectories), tokens=sum(s.trained_tokens for s in sequences))
-        batches = [_collate(chunk, self._pad_id(), device) for chunk in _chunks(sequences, config.micro_batch_size)]
+        chunks = _chunks(sequences, config.micro_batch_size, config.micro_batch_tokens)
+        batches = [_collate(chunk, self._pad_id(), device) for chunk in chunks]
         was_training = self.model.training
+        if config.gradient_checkpointing:
+            self.model.base_model.model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         old = self._no_grad_logprobs(batches) if config.num_iterations > 1 else None
         ref = self._no_grad_logprobs(batches, base=True) if config.beta > 0 else None
         total_work, done = len(sequences) * config.num_iterations, 0
@@ -168,6 +173,8 @@ class PolicyTrainer:
         finally:
             optimizer.zero_grad(set_to_none=True)
             self.model.train(was_training)
+            if config.gradient_checkpointing:
+                self.model.base_model.model.gradient_checkpointing_disable()
         trained = max(totals.tokens, 1)
         metrics = {
             "loss": sums["loss"],
@@ -272,10 +279,18 @@ def _check_groups(groups: list[TrajectoryGroup]) -> None:
             )
 
 
-def _chunks(sequences: list[TrainSequence], size: int) -> list[list[TrainSequence]]:
-    """Micro-batches of similar length (sorted longest first), so padding stays small."""
+def _chunks(sequences: list[TrainSequence], size: int, tokens: int | None = None) -> list[list[TrainSequence]]:
+    """Micro-batches of similar length (sorted longest first, so padding stays small) of at most `size` sequences
+    and, when `tokens` is set, at most `tokens` padded tokens (the first, longest sequence sets the width)."""
     ordered = sorted(sequences, key=lambda s: len(s.token_ids), reverse=True)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    chunks: list[list[TrainSequence]] = []
+    for sequence in ordered:
+        last = chunks[-1] if chunks else []
+        if last and len(last) < size and (tokens is None or (len(last) + 1) * len(last[0].token_ids) <= tokens):
+            last.append(sequence)
+        else:
+            chunks.append([sequence])
+    return chunks
 
 
 def _collate(chunk: list[TrainSequence], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:

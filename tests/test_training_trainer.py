@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -111,17 +112,36 @@ def test_train_step_updates_lora_and_reports_metrics(tiny_model_path: Path, toke
     assert any(not torch.equal(before[n], after[n]) for n in before)
 
 
-def test_micro_batch_size_does_not_change_the_update(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
+def test_micro_batching_and_gradient_checkpointing_do_not_change_the_update(
+    tiny_model_path: Path, tokenizer: Any, store: TokenStore
+) -> None:
     results = []
     groups = groups_for(lora_model(tiny_model_path), tokenizer, store)
-    for micro_batch_size in (1, 10):
+    memory_knobs: list[dict[str, Any]] = [
+        {"micro_batch_size": 1},
+        {"micro_batch_size": 10},
+        {"micro_batch_size": 10, "micro_batch_tokens": 40},  # a few sequences per micro-batch, by length
+        {"micro_batch_size": 10, "gradient_checkpointing": True},
+    ]
+    for knobs in memory_knobs:
         model = lora_model(tiny_model_path)  # the same seeded LoRA each time
         # grpo's per-sequence means are the normalisation most easily broken by micro-batching
-        config = TrainConfig(learning_rate=1e-3, micro_batch_size=micro_batch_size, beta=0.05, num_iterations=2)
+        config = TrainConfig(learning_rate=1e-3, beta=0.05, num_iterations=2, **knobs)
         PolicyTrainer(model, tokenizer, store).train(groups, config)
+        assert not model.base_model.model.is_gradient_checkpointing  # off again for serving
         results.append(lora_weights(model))
-    for name, value in results[0].items():
-        assert torch.allclose(value, results[1][name], atol=1e-6), name
+    for result in results[1:]:
+        for name, value in results[0].items():
+            assert torch.allclose(value, result[name], atol=1e-6), name
+
+
+def test_micro_batches_are_capped_by_padded_tokens() -> None:
+    from art_agents.server.trainer import _chunks
+
+    sequences = [SimpleNamespace(token_ids=[0] * n) for n in (30, 10, 12, 25, 8)]
+    chunks = _chunks(sequences, size=4, tokens=50)  # type: ignore[arg-type]
+    assert [[len(s.token_ids) for s in chunk] for chunk in chunks] == [[30], [25, 12], [10, 8]]
+    assert [len(c) for c in _chunks(sequences, size=2)] == [2, 2, 1]  # type: ignore[arg-type]
 
 
 def test_all_zero_variance_groups_take_no_step(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
