@@ -1,0 +1,85 @@
+"""benchmarks/timing.py on fake sides, and smoke runs of the serving and loop overhead scripts on the tiny model."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def timing() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("timing_benchmark", BENCHMARKS / "timing.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_sides_run_interleaved_after_warmup_and_report_their_own_seconds(timing: ModuleType) -> None:
+    calls: list[str] = []
+    measured = iter([9.0, 1.0, 3.0, 2.0])  # the warm-up round's 9.0 is dropped
+
+    def a() -> float:
+        calls.append("a")
+        return next(measured)
+
+    def b() -> None:
+        calls.append("b")
+
+    summaries = timing.interleaved({"a": a, "b": b}, rounds=3, warmup=1)
+    assert calls == ["a", "b"] * 4
+    assert (summaries["a"].median, summaries["a"].low, summaries["a"].high, summaries["a"].runs) == (2.0, 1.0, 3.0, 3)
+    assert summaries["b"].runs == 3 and 0 <= summaries["b"].low <= summaries["b"].high < 1  # wall clock
+
+
+def test_summary_formats_median_range_and_runs(timing: ModuleType) -> None:
+    summary = timing.Summary.of([0.0130, 0.0119, 0.0123, 0.0125, 0.0121])
+    assert summary.format() == "12.3 ms (11.9-13.0, 5 runs)"
+    assert str(summary.scaled(1 / 10)) == "1.2 ms (1.2-1.3, 5 runs)"
+    with pytest.raises(ValueError, match="no measurements"):
+        timing.Summary.of([])
+
+
+def test_ratio_is_the_median_of_per_round_ratios(timing: ModuleType) -> None:
+    slow_round_on_both = timing.ratio(timing.Summary.of([2.0, 20.0, 3.0]), timing.Summary.of([1.0, 10.0, 2.0]))
+    assert slow_round_on_both.format("x", 1, 2) == "2.00x (1.50-2.00, 3 runs)"
+    with pytest.raises(ValueError, match="paired"):
+        timing.ratio(timing.Summary.of([1.0]), timing.Summary.of([1.0, 2.0]))
+
+
+def run_script(name: str, *args: str) -> str:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / name), *args], capture_output=True, text=True, timeout=240, env=env
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done.stdout
+
+
+RATIO = r"\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d, \d+ runs\)"
+
+
+@pytest.mark.slow
+def test_serving_overhead_runs_on_the_tiny_model() -> None:
+    out = run_script("serving_overhead.py", "--rounds", "1", "--max-tokens", "8", "--prompts", "8")
+    summary = next(line for line in out.splitlines() if line.startswith("summary"))
+    assert re.search(rf"concurrent {RATIO} \[target <= 1\.3x: (met|missed)\]", summary), summary
+    assert re.search(rf"n=8 {RATIO} \[target <= 1\.2x: (met|missed)\]", summary), summary
+    assert re.search(rf"concurrent vs generate {RATIO}; .*sequential {RATIO}", summary), summary
+
+
+@pytest.mark.slow
+def test_loop_overhead_runs_on_the_tiny_model() -> None:
+    out = run_script("loop_overhead.py", "--tiny", "--steps", "1", "--prompts", "2", "--group-size", "2")
+    assert re.search(r"^art .*rollout \d+\.\d+, scoring \d+\.\d+, train \d+\.\d+, checkpoint", out, re.M), out
+    assert re.search(rf"^summary \(art / bare, per step\): {RATIO} \[goal <= 1\.3x: (met|missed)\]$", out, re.M), out
