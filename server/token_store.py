@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -50,13 +51,22 @@ _ADDED_COLUMNS = {"temperature": "REAL NOT NULL DEFAULT 1.0", "top_p": "REAL NOT
 _COLUMNS = "completion_id, model, policy_step, prompt_ids, completion_ids, logprobs, created_at, temperature, top_p"
 
 
+@dataclass
+class _Write:
+    rows: list[tuple]
+    done: bool = False
+    error: Exception | None = None
+
+
 class TokenStore:
     """Thread-safe SQLite store at `path` (usually `<model_dir>/tokens/store.sqlite`)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the connection
+        self._queue_lock = threading.Lock()
+        self._queued: list[_Write] = []  # writes waiting for the next commit
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -70,29 +80,61 @@ class TokenStore:
         self.add_many([record])
 
     def add_many(self, records: Iterable[TokenRecord]) -> None:
-        """Insert records in one committed transaction (the n choices of one request)."""
-        rows = [
-            (
-                r.completion_id,
-                r.model,
-                r.policy_step,
-                json.dumps(r.prompt_ids),
-                json.dumps(r.completion_ids),
-                json.dumps(r.logprobs),
-                r.created_at,
-                r.temperature,
-                r.top_p,
-            )
-            for r in records
-        ]
+        """Insert records in one committed transaction (the n choices of one request).
+
+        Group commit: callers that arrive while a commit is on disk are written together by the next one
+        (one fsync for a group's concurrent completions instead of one each). If that shared transaction
+        fails, each caller's records are retried in a transaction of their own, so one bad write fails alone.
+        """
+        write = _Write(
+            [
+                (
+                    r.completion_id,
+                    r.model,
+                    r.policy_step,
+                    json.dumps(r.prompt_ids),
+                    json.dumps(r.completion_ids),
+                    json.dumps(r.logprobs),
+                    r.created_at,
+                    r.temperature,
+                    r.top_p,
+                )
+                for r in records
+            ]
+        )
+        with self._queue_lock:
+            self._queued.append(write)
         with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                self._db.executemany(f"INSERT INTO tokens ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            self._db.execute("COMMIT")
+            if not write.done:  # else an earlier caller committed it with its own
+                with self._queue_lock:
+                    group, self._queued = self._queued, []
+                self._commit(group)
+        if write.error is not None:
+            raise write.error
+
+    def _commit(self, group: list[_Write]) -> None:
+        try:
+            self._insert([row for write in group for row in write.rows])
+        except Exception as exc:
+            if len(group) == 1:
+                group[0].error = exc
+            else:
+                for write in group:
+                    try:
+                        self._insert(write.rows)
+                    except Exception as alone:
+                        write.error = alone
+        for write in group:
+            write.done = True
+
+    def _insert(self, rows: list[tuple]) -> None:
+        self._db.execute("BEGIN")
+        try:
+            self._db.executemany(f"INSERT INTO tokens ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def get(self, completion_id: str) -> TokenRecord | None:
         return self.get_many([completion_id]).get(completion_id)
