@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 
 from art_agents.server.kv_batch import KVBatch
 from art_agents.server.memory import trim_heap
-from art_agents.server.sampler import row_random, sample_tokens, token_logprobs
+from art_agents.server.sampler import row_random, sample
 from art_agents.server.stream_text import IncrementalDecoder
 from art_agents.train_config import ModelConfig
 
@@ -339,12 +339,16 @@ class TransformersEngine:
 
     def _await_arrivals(self) -> None:
         """Give requests sent together (a group's rollouts) a short, bounded window to arrive together, so their
-        prompts are prefilled in one pass and identical ones once."""
+        prompts are prefilled in one pass and identical ones once: it ends at `admission_window_ms`, when
+        max_batch_size rows wait, or once no request has arrived for a millisecond."""
         deadline = time.monotonic() + self.config.admission_window_ms / 1000
-        while time.monotonic() < deadline and not self._holds:
-            if sum(r.params.n for r in list(self._pending)) >= self.config.max_batch_size:
+        seen = -1
+        while not self._holds and (now := time.monotonic()) < deadline:
+            waiting = [r.params.n for r in list(self._pending)]
+            if sum(waiting) >= self.config.max_batch_size or len(waiting) == seen:
                 return
-            time.sleep(0.001)
+            seen = len(waiting)
+            time.sleep(min(0.001, deadline - now))
 
     def _run_batch(self, older: OlderStep | None, step: int) -> None:
         """The continuous batch: each pass feeds every running row one token and prefills the requests that
@@ -400,20 +404,11 @@ class TransformersEngine:
 
     def _advance(self, rows: list[_Row], logits: Any, step: int) -> None:
         """Sample each row's next token from its logits; finish rows that stopped, were cancelled or ran out."""
-        import torch
-
-        def column(values: list[float]) -> Any:
-            return torch.tensor(values, device=logits.device)
-
         params = [row.request.params for row in rows]
-        tokens = sample_tokens(
-            logits,
-            column([p.temperature for p in params]),
-            column([p.top_p for p in params]),
-            column([row.random.random() for row in rows]),
+        tokens, logprobs = sample(
+            logits, [p.temperature for p in params], [p.top_p for p in params], [row.random.random() for row in rows]
         )
-        logprobs = token_logprobs(logits, tokens, column([p.logprob_temperature for p in params])).tolist()
-        for row, token, logprob in zip(rows, tokens.tolist(), logprobs, strict=True):
+        for row, token, logprob in zip(rows, tokens, logprobs, strict=True):
             request = row.request
             if request.cancel is not None and request.cancel.is_set():
                 self._finish(row, "cancelled", self._decode(row.ids), step)

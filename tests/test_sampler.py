@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from art_agents.server.sampler import TOP_K_CANDIDATES, row_random, sample_tokens, token_logprobs
+from art_agents.server.sampler import TOP_K_CANDIDATES, row_random, sample
 
 DRAWS = 2000
 
@@ -16,9 +16,9 @@ DRAWS = 2000
 def draw(probs: list[float], temperature: float = 1.0, top_p: float = 1.0) -> collections.Counter[int]:
     """Tokens drawn with evenly spread uniforms: each token's count is its probability x DRAWS, to rounding."""
     logits = torch.tensor(probs).log().repeat(DRAWS, 1) * temperature
-    uniforms = (torch.arange(DRAWS, dtype=torch.float64) + 0.5) / DRAWS
-    full = torch.full((DRAWS,), 1.0)
-    return collections.Counter(sample_tokens(logits, full * temperature, full * top_p, uniforms).tolist())
+    uniforms = [(i + 0.5) / DRAWS for i in range(DRAWS)]
+    tokens, _ = sample(logits, [temperature] * DRAWS, [top_p] * DRAWS, uniforms)
+    return collections.Counter(tokens)
 
 
 def test_draws_follow_the_tempered_distribution() -> None:
@@ -42,16 +42,16 @@ def test_a_nucleus_wider_than_the_candidates_is_sampled_over_the_whole_vocabular
     assert sum(counts[i] for i in range(10)) == pytest.approx(DRAWS * 20 / (0.9 * total), abs=DRAWS * 0.02)
 
 
-def test_greedy_rows_take_the_argmax_beside_sampled_rows() -> None:
-    logits = torch.tensor([[0.0, 3.0, 1.0], [0.0, 3.0, 1.0]])
-    chosen = sample_tokens(logits, torch.tensor([0.0, 1.0]), torch.tensor([1.0, 1.0]), torch.tensor([0.99, 0.99]))
-    assert chosen.tolist() == [1, 2]  # u = 0.99 lands in the last token's share
-
-
-def test_logprobs_are_at_the_given_temperature() -> None:
-    logits = torch.tensor([[0.5, 2.0, -1.0]])
-    expected = torch.log_softmax(logits / 0.6, dim=-1)[0, 2]
-    assert float(token_logprobs(logits, torch.tensor([2]), torch.tensor([0.6]))[0]) == pytest.approx(float(expected))
+def test_greedy_rows_take_the_argmax_beside_sampled_rows_with_logprobs_at_their_temperature() -> None:
+    logits = torch.tensor([[0.0, 3.0, 1.0], [0.0, 3.0, 1.0], [0.5, 2.0, -1.0]])
+    tokens, logprobs = sample(logits, [0.0, 1.0, 0.6], [1.0, 1.0, 0.9], [0.99, 0.99, 0.0])
+    assert tokens == [1, 2, 1]  # u = 0.99 lands in the last token's share; u = 0 on the most likely
+    expected = [
+        torch.log_softmax(logits[0], dim=-1)[1],  # greedy: at temperature 1
+        torch.log_softmax(logits[1], dim=-1)[2],
+        torch.log_softmax(logits[2] / 0.6, dim=-1)[1],  # at the sampling temperature, before top-p
+    ]
+    assert logprobs == pytest.approx([float(e) for e in expected], abs=1e-6)
 
 
 def test_a_seeded_row_stream_repeats_and_unseeded_ones_differ() -> None:
