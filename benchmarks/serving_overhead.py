@@ -12,6 +12,9 @@ the same decoding work. Scenarios, each side run in turn per round (interleaved)
               8-row bare decode
   sequential  2 prompts one request at a time, vs the bare loop one prompt at a time
 
+In the first two, the engine is also called in-process on the baselines' weights (no HTTP, SDK,
+chat template or token store), which splits the server's overhead into the engine's and the rest.
+
 Figures are ms per generated token (median and min-max over rounds) and the per-round ratio of the
 server to the bare loop. Targets: concurrent <= 1.3x, n=8 <= 1.2x.
 
@@ -140,6 +143,36 @@ class Baselines:
             self.bare([prompt])
 
 
+class EngineSide:
+    """The server's engine called in-process (no HTTP, SDK, templating or token store) on the same weights:
+    splits the server's overhead into the engine's and the request path's."""
+
+    def __init__(self, model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int) -> None:
+        from art_agents.server.engine import TransformersEngine
+        from art_agents.train_config import ModelConfig
+
+        self.engine = TransformersEngine(model, tokenizer, ModelConfig())
+        self.loop = asyncio.new_event_loop()
+        self.prompts = prompts
+        self.max_tokens = max_tokens
+
+    def run(self, prompts: list[list[int]], n: int = 1) -> None:
+        from art_agents.server.engine import SamplingParams
+
+        params = SamplingParams(max_tokens=self.max_tokens, temperature=1.0, n=n)
+
+        async def together() -> list[Any]:
+            return await asyncio.gather(*(self.engine.generate(p, params) for p in prompts))
+
+        for samples in self.loop.run_until_complete(together()):
+            for sample in samples:
+                _check_length(len(sample.token_ids), self.max_tokens, "the engine")
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.engine.close())
+        self.loop.close()
+
+
 def _check_length(generated: int, wanted: int, side: str) -> None:
     if generated != wanted:
         raise RuntimeError(f"{side} generated {generated} tokens per row, not {wanted}: the comparison is off")
@@ -219,17 +252,26 @@ def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, di
     messages = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(args.prompts)]
     server = ServerClient(url, messages, args.max_tokens)
     base = Baselines(model_path, messages, args.max_tokens)
+    engine = EngineSide(base.model, base.tokenizer, base.prompts, args.max_tokens)
     first, sequential = base.prompts[:1], min(SEQUENTIAL_PROMPTS, args.prompts)
     scenarios: dict[str, tuple[int, dict[str, Callable[[], float | None]]]] = {
         "concurrent": (
             args.prompts,
             {
                 "server": server.concurrent,
+                "engine": lambda: engine.run(base.prompts),
                 "generate": lambda: base.generate(base.prompts),
                 "bare": lambda: base.bare(base.prompts),
             },
         ),
-        "n=8": (8, {"server": lambda: server.n_choices(8), "bare": lambda: base.bare(first, copies=8)}),
+        "n=8": (
+            8,
+            {
+                "server": lambda: server.n_choices(8),
+                "engine": lambda: engine.run(first, n=8),
+                "bare": lambda: base.bare(first, copies=8),
+            },
+        ),
         "sequential": (
             sequential,
             {
@@ -243,6 +285,7 @@ def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, di
         times = interleaved(sides, rounds=args.rounds)
     finally:
         server.close()
+        engine.close()
     return {
         scenario: {side: times[f"{scenario}/{side}"].scaled(1 / (rows * args.max_tokens)) for side in runs}
         for scenario, (rows, runs) in scenarios.items()
@@ -250,7 +293,12 @@ def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, di
 
 
 def report(results: dict[str, dict[str, Summary]]) -> None:
-    labels = {"server": "server (OpenAI SDK)", "generate": "model.generate", "bare": "bare KV-cache loop"}
+    labels = {
+        "server": "server (OpenAI SDK)",
+        "engine": "engine, no HTTP",
+        "generate": "model.generate",
+        "bare": "bare KV-cache loop",
+    }
     print(f"\n{'scenario':<11} {'side':<20} {'ms per generated token':<32} {'server / this side'}")
     for scenario, sides in results.items():
         for side, summary in sides.items():
@@ -264,6 +312,8 @@ def report(results: dict[str, dict[str, Summary]]) -> None:
         parts.append(f"{scenario} {r.format('x', 1, 2)}{verdict}")
         if "generate" in sides:
             parts.append(f"{scenario} vs generate {ratio(sides['server'], sides['generate']).format('x', 1, 2)}")
+        if "engine" in sides:
+            parts.append(f"{scenario} engine alone {ratio(sides['engine'], sides['bare']).format('x', 1, 2)}")
     print("\nsummary (server / bare loop, per token): " + "; ".join(parts))
 
 
