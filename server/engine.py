@@ -288,7 +288,7 @@ class TransformersEngine:
     def _serve(self, older: OlderStep | None) -> None:
         """Decode requests for one checkpoint, admitting more as they arrive, until none is left (worker thread)."""
         if older is None or older.step == self.step:
-            self._run_batch(None, self.step)
+            self._run_batch(older, self.step)
             return
         self.model.set_adapter(self._older_adapter(older))
         try:
@@ -467,7 +467,8 @@ class TransformersEngine:
             else:
                 request.future.set_result(outcome)
 
-        request.future.get_loop().call_soon_threadsafe(settle)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
+            request.future.get_loop().call_soon_threadsafe(settle)
 
     def _check_finish(
         self, token: int, ids: list[int], params: SamplingParams, budget: int, text: IncrementalDecoder | None

@@ -1,9 +1,12 @@
-"""Process liveness: stale checkpoint temp folders, and a server whose parent died (no orphan keeps the model)."""
+"""Process liveness: stale checkpoint temp folders, a server whose parent died, and a vLLM whose server died
+(no orphan keeps the model)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -33,3 +36,57 @@ def exit_with_parent(pid: int, *, interval_s: float = 1.0) -> threading.Thread:
     thread = threading.Thread(target=watch, name="art-parent-watch", daemon=True)
     thread.start()
     return thread
+
+
+_GROUP_WATCHDOG = """
+import os, signal, sys, time
+import psutil
+
+owner, group = int(sys.argv[1]), int(sys.argv[2])
+
+
+def alive(process):
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def group_alive():
+    try:
+        os.killpg(group, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+try:
+    watched = psutil.Process(owner)
+except psutil.NoSuchProcess:
+    watched = None
+while watched is not None and alive(watched) and group_alive():
+    time.sleep(0.5)
+for sig in (signal.SIGTERM, signal.SIGKILL):
+    deadline = time.monotonic() + 15
+    while group_alive() and time.monotonic() < deadline:
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+"""
+
+
+def end_group_with(owner: int, group: int) -> subprocess.Popen[bytes]:
+    """A watchdog process that ends process group `group` (SIGTERM, then SIGKILL) once `owner` is gone.
+
+    For a child that runs foreign code (vLLM) and cannot watch its parent itself: when the server is
+    killed with SIGKILL, nothing else would stop it holding the GPU. The watchdog exits with the group.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-c", _GROUP_WATCHDOG, str(owner), str(group)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a signal to the server's group does not reach it first
+    )

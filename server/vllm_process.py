@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 
 from art_agents.server.errors import ServiceError
+from art_agents.server.processes import end_group_with
 
 log = logging.getLogger("art_agents.server")
 
@@ -67,6 +68,7 @@ class VLLMProcess:
         self.base_url = ""
         self.failure: str | None = None  # why the last restart failed; requests are refused with it
         self._popen: subprocess.Popen[bytes] | None = None
+        self._watchdog: subprocess.Popen[bytes] | None = None  # ends vLLM if this server dies without stopping it
         self._ready = threading.Event()
         self._stopping = False
         self._lock = threading.Lock()
@@ -103,6 +105,7 @@ class VLLMProcess:
                     env={**os.environ, **self.launch.env},
                     start_new_session=True,  # its own process group: stop() also ends vLLM's engine-core children
                 )
+            self._watchdog = end_group_with(os.getpid(), self._popen.pid)  # a SIGKILLed server takes vLLM along
             self.base_url = f"http://127.0.0.1:{port}"
             try:
                 self._wait_healthy()

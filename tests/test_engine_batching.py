@@ -158,3 +158,16 @@ async def test_a_failed_decode_step_retries_unstreamed_requests_alone_and_fails_
     assert failures == [3]
     assert [len(r[0].token_ids) for r in results[:2]] == [12, 12]  # type: ignore[index]
     assert isinstance(results[2], RuntimeError) and streamed  # its tokens were already sent: it cannot start over
+
+
+async def test_a_request_for_the_current_step_by_number_is_served_by_the_latest_adapter(
+    engine: TransformersEngine,
+) -> None:
+    """`name@N` resolved just before step N became the latest still names a step this engine serves."""
+    from art_agents.server.engine import OlderStep
+
+    alone = (await engine.generate(prompt(engine, 5), SEEDED))[0]
+    by_number = await asyncio.wait_for(
+        engine.generate(prompt(engine, 5), SEEDED, older=OlderStep(engine.step, Path("never-loaded"))), timeout=30
+    )
+    assert by_number[0].token_ids == alone.token_ids and by_number[0].step == engine.step

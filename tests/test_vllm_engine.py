@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -265,3 +266,40 @@ def test_engine_auto_is_transformers_without_cuda() -> None:
 
     engine, why = choose_engine(ModelConfig())
     assert engine == "transformers" and ("CUDA" in why or "vLLM" in why)
+
+
+@pytest.mark.slow
+def test_a_server_killed_with_sigkill_takes_its_vllm_with_it(
+    fake_python: Path, tiny_model_path: Path, tmp_path: Path
+) -> None:
+    import psutil
+
+    owner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from pathlib import Path\n"
+            "from art_agents.server.vllm_engine import vllm_args\n"
+            "from art_agents.server.vllm_process import VLLMLaunch, VLLMProcess\n"
+            "from art_agents.train_config import ModelConfig\n"
+            "config = ModelConfig(engine='vllm', lora_rank=8, lora_alpha=16)\n"
+            "launch = VLLMLaunch(sys.argv[1], sys.argv[2], vllm_args(config, False), Path(sys.argv[3]), 120)\n"
+            "process = VLLMProcess(launch)\n"
+            "process.start()\n"
+            "print(process.pid, flush=True)\n"
+            "time.sleep(600)\n",
+            str(fake_python),
+            str(tiny_model_path),
+            str(tmp_path / "vllm.log"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    vllm = psutil.Process(int(owner.stdout.readline()))
+    assert vllm.is_running()
+    owner.kill()  # SIGKILL: the server gets no chance to stop vLLM itself
+    owner.wait()
+    gone, _ = psutil.wait_procs([vllm], timeout=30)
+    assert gone, "vLLM outlived the server that started it"
