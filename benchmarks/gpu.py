@@ -68,6 +68,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # run as a script or loaded by path: finds grpo_step.py
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
@@ -355,48 +356,22 @@ def ours_side(
     checkpointing: bool,
 ) -> tuple[Callable[[], float], str]:  # fmt: skip
     """A `PolicyTrainer.train` step on `rows` (tokens/s per call), and how checkpointing was set."""
+    from grpo_step import stored_groups
     from peft import get_peft_model
 
-    from art_agents.capture import record_completion
-    from art_agents.server.token_store import TokenRecord, TokenStore
+    from art_agents.server.token_store import TokenStore
     from art_agents.server.trainer import PolicyTrainer
     from art_agents.train_config import TrainConfig
-    from art_agents.trajectory import Trajectory, TrajectoryGroup
 
     store = TokenStore(work / f"store-{uuid.uuid4().hex[:8]}.sqlite")
-    by_group: dict[int, list[Trajectory]] = {}
-    for row in rows:
-        cid = f"chatcmpl-{uuid.uuid4().hex}"
-        completion = row["completion_ids"]
-        store.add(
-            TokenRecord(
-                completion_id=cid, model="bench", policy_step=0, prompt_ids=row["prompt_ids"],
-                completion_ids=completion, logprobs=[-1.0] * len(completion),
-            )
-        )  # fmt: skip
-        trajectory = Trajectory(reward=row["reward"])
-        record_completion(
-            [{"role": "user", "content": "x"}],
-            {"role": "assistant", "content": tokenizer.decode(completion)},
-            completion_id=cid,
-            trajectory=trajectory,
-        )
-        by_group.setdefault(row["group"], []).append(trajectory)
-    groups = [TrajectoryGroup(ts) for ts in by_group.values()]
+    groups = stored_groups(tokenizer, rows, store)
     model = get_peft_model(load_base(path, device, dtype), lora_config())
-    knobs: dict[str, Any] = {}
-    if "gradient_checkpointing" in TrainConfig.model_fields:
-        knobs["gradient_checkpointing"] = checkpointing
-        how = "TrainConfig.gradient_checkpointing" if checkpointing else ""
-    else:
-        if checkpointing:
-            enable_checkpointing(model)
-        how = "gc set on the model (TrainConfig has no such field)" if checkpointing else ""
-    if "gradient_checkpointing" not in knobs and checkpointing_active(model) != checkpointing:
-        raise RuntimeError(f"gradient checkpointing should be {checkpointing} on our model")
     trainer = PolicyTrainer(model, tokenizer, store)
     config = TrainConfig(
-        learning_rate=1e-5, micro_batch_size=sizes.micro_batch, max_completion_tokens=sizes.completion_tokens, **knobs
+        learning_rate=1e-5,
+        micro_batch_size=sizes.micro_batch,
+        max_completion_tokens=sizes.completion_tokens,
+        gradient_checkpointing=checkpointing,
     )
 
     def step() -> float:
@@ -406,7 +381,7 @@ def ours_side(
         synchronize(device)
         return metrics["tokens_trained"] / (time.perf_counter() - started)
 
-    return step, how
+    return step, "TrainConfig.gradient_checkpointing" if checkpointing else ""
 
 
 def trl_side(

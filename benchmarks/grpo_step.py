@@ -59,16 +59,12 @@ def lora_model(path: Path) -> Any:
     return get_peft_model(base, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
 
 
-def ours_step(
-    model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro_batch_size: int, work: Path
-) -> Callable[[], None]:
+def stored_groups(tokenizer: Any, rows: list[dict[str, Any]], store: Any) -> list[Any]:
+    """`rows` as trajectory groups whose turns the token store knows (sampler logprobs -1: unused at beta 0)."""
     from art_agents.capture import record_completion
-    from art_agents.server.token_store import TokenRecord, TokenStore
-    from art_agents.server.trainer import PolicyTrainer
-    from art_agents.train_config import TrainConfig
+    from art_agents.server.token_store import TokenRecord
     from art_agents.trajectory import Trajectory, TrajectoryGroup
 
-    store = TokenStore(work / "store.sqlite")
     by_group: dict[int, list[Trajectory]] = {}
     for row in rows:
         cid = f"chatcmpl-{uuid.uuid4().hex}"
@@ -80,15 +76,25 @@ def ours_step(
             )
         )  # fmt: skip
         trajectory = Trajectory(reward=row["reward"])
-        request = [{"role": "user", "content": "x"}]
         record_completion(
-            request,
+            [{"role": "user", "content": "x"}],
             {"role": "assistant", "content": tokenizer.decode(completion)},
             completion_id=cid,
             trajectory=trajectory,
         )
         by_group.setdefault(row["group"], []).append(trajectory)
-    groups = [TrajectoryGroup(ts) for ts in by_group.values()]
+    return [TrajectoryGroup(ts) for ts in by_group.values()]
+
+
+def ours_step(
+    model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro_batch_size: int, work: Path
+) -> Callable[[], None]:
+    from art_agents.server.token_store import TokenStore
+    from art_agents.server.trainer import PolicyTrainer
+    from art_agents.train_config import TrainConfig
+
+    store = TokenStore(work / "store.sqlite")
+    groups = stored_groups(tokenizer, rows, store)
     trainer = PolicyTrainer(lora_model(model_path), tokenizer, store)
     config = TrainConfig(
         learning_rate=1e-4, micro_batch_size=micro_batch_size, max_completion_tokens=len(rows[0]["completion_ids"])

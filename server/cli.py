@@ -14,6 +14,12 @@ from art_agents.wire import RegisterRequest
 LOOPBACK_NAMES = {"localhost"}
 
 
+VLLMPython = Annotated[
+    str | None,
+    typer.Option(envvar="ART_VLLM_PYTHON", help="Python of the virtualenv vLLM is installed in (default: this one)."),
+]
+
+
 def is_loopback(host: str) -> bool:
     if host in LOOPBACK_NAMES:
         return True
@@ -61,12 +67,7 @@ def serve(
         str | None, typer.Option(help="Hub id or local folder of --model's base model (a new model's step 0).")
     ] = None,
     project: Annotated[str, typer.Option(help="Project folder of --model under --art-path.")] = "default",
-    vllm_python: Annotated[
-        str | None,
-        typer.Option(
-            envvar="ART_VLLM_PYTHON", help="Python of the virtualenv vLLM is installed in (default: this one)."
-        ),
-    ] = None,
+    vllm_python: VLLMPython = None,
 ) -> None:
     """Serve the OpenAI-compatible API and the training routes."""
     _use_vllm_python(vllm_python)
@@ -122,12 +123,7 @@ def _use_vllm_python(python: str | None) -> None:
 
 
 def doctor(
-    vllm_python: Annotated[
-        str | None,
-        typer.Option(
-            envvar="ART_VLLM_PYTHON", help="Python of the virtualenv vLLM is installed in (default: this one)."
-        ),
-    ] = None,
+    vllm_python: VLLMPython = None,
 ) -> None:
     """Print which engine `engine="auto"` will use and why: CUDA, vLLM and the versions of the stack."""
     import importlib.metadata
