@@ -369,14 +369,13 @@ class TransformersEngine:
                         self._advance(rows, batch.step([row.ids[-1] for row in rows]), step)
                     if arrivals:
                         rows += self._join(batch, arrivals, step)
+                    staying = [i for i, row in enumerate(rows) if row.finish is None]
+                    if len(staying) < len(rows):
+                        batch.keep(staying)
+                        rows = [rows[i] for i in staying]
             except Exception as exc:
                 self._fail({id(r.request): r.request for r in rows} | {id(r): r for r in arrivals}, exc)
                 batch, rows = KVBatch(self.model, self._cache_kw, self._pad_id, self.device), []
-                continue
-            staying = [i for i, row in enumerate(rows) if row.finish is None]
-            if len(staying) < len(rows):
-                batch.keep(staying)
-                rows = [rows[i] for i in staying]
 
     def _join(self, batch: KVBatch, arrivals: list[_Request], step: int) -> list[_Row]:
         """Prefill the arrivals' distinct prompts once, add a row per choice, and sample each row's first token."""

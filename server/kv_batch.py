@@ -35,7 +35,8 @@ class KVBatch:
         """Whether rows can join a running batch: only plain full-attention layers can be padded and merged."""
         from transformers.cache_utils import DynamicLayer
 
-        return self.cache is None or all(type(layer) is DynamicLayer for layer in self.cache.layers)
+        layers = getattr(self.cache, "layers", None)
+        return self.cache is None or (layers is not None and all(type(layer) is DynamicLayer for layer in layers))
 
     def join(self, prompts: list[tuple[int, ...]], copies: list[int]) -> tuple[list[int], Any]:
         """Add one row per entry of `copies` (an index into the distinct `prompts`) after the running rows, prefilling
