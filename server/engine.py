@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import inspect
 import random
@@ -187,6 +188,13 @@ def truncate_at_stop(text: str, stop: list[str]) -> str | None:
     return text[: min(cuts)] if cuts else None
 
 
+def _decoding_thread() -> concurrent.futures.ThreadPoolExecutor:
+    """One long-lived thread that does all of an engine's decoding: torch keeps its intra-op (OpenMP) thread team
+    per calling thread, so decoding on whichever pool thread is free leaves idle teams competing for the cores
+    (measured: 20-25% slower per token on 2 cores)."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="art-engine")
+
+
 class TransformersEngine:
     """Batched sampling from a PEFT model with transformers, on CPU or GPU."""
 
@@ -208,6 +216,7 @@ class TransformersEngine:
         self._lock = threading.Lock()  # the worker thread takes from `_pending` while the event loop adds
         self._holds = 0  # paused() callers waiting: admit no more rows
         self._worker: asyncio.Task[None] | None = None
+        self._thread = _decoding_thread()
         self._older: collections.OrderedDict[int, str] = collections.OrderedDict()  # step -> loaded adapter name
 
     @classmethod
@@ -272,6 +281,8 @@ class TransformersEngine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
             self._worker = None
+        self._thread.shutdown(wait=False)  # its thread ends after the running batch
+        self._thread = _decoding_thread()
 
     async def _run(self) -> None:
         while True:
@@ -281,7 +292,7 @@ class TransformersEngine:
                 continue
             older = self._pending[0].older
             async with self._gate:
-                await asyncio.to_thread(self._serve, older)
+                await asyncio.get_running_loop().run_in_executor(self._thread, self._serve, older)
             if not self._pending:
                 trim_heap()
 
