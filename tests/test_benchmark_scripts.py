@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 
 @pytest.fixture(scope="module")
 def timing() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("timing_benchmark", BENCHMARKS / "timing.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("timing")
 
 
 def test_sides_run_interleaved_after_warmup_and_report_their_own_seconds(timing: ModuleType) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu.py"
@@ -24,12 +25,7 @@ ROWS = [
 
 
 def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu")
 
 
 def test_package_dir_finder_maps_the_checkout() -> None:

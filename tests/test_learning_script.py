@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import math
@@ -13,18 +12,14 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
 
 
 @pytest.fixture(scope="module")
 def learning() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("learning_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("learning")
 
 
 @pytest.mark.parametrize(

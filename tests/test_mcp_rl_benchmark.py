@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -11,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from benchmark_scripts import load_benchmark
 
 from art_agents import Trajectory
 
@@ -19,12 +19,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "mcp_rl.py"
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mcp_rl_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("mcp_rl")
 
 
 def test_scenarios_are_fixed_disjoint_and_answered(bench: ModuleType) -> None:
