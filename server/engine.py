@@ -428,7 +428,7 @@ class TransformersEngine:
             if request.on_token is not None:
                 request.streamed = True
                 request.on_token(row.choice, token)
-            reason, text = self._check_finish(token, row.ids, request.params, request.params.max_tokens, row.text)
+            reason, text = self._check_finish(row, token)
             if reason is not None:
                 self._finish(row, reason, text or "", step)
 
@@ -480,18 +480,16 @@ class TransformersEngine:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             request.future.get_loop().call_soon_threadsafe(settle)
 
-    def _check_finish(
-        self, token: int, ids: list[int], params: SamplingParams, budget: int, text: IncrementalDecoder | None
-    ) -> tuple[str | None, str | None]:
-        """(finish_reason, text) once the row is done, else (None, None); `text` follows rows with stop strings."""
+    def _check_finish(self, row: _Row, token: int) -> tuple[str | None, str | None]:
+        """(finish_reason, text) once the row is done, else (None, None); `row.text` follows rows with stop strings."""
         if token in self._stop_ids:
-            return "stop", self._decode(ids[:-1])
-        if text is not None and text.push(token):
-            cut = truncate_at_stop(text.text, params.stop)
+            return "stop", self._decode(row.ids[:-1])
+        if row.text is not None and row.text.push(token):
+            cut = truncate_at_stop(row.text.text, row.request.params.stop)
             if cut is not None:
                 return "stop", cut
-        if len(ids) >= budget:
-            return "length", self._decode(ids)
+        if len(row.ids) >= row.request.params.max_tokens:
+            return "length", self._decode(row.ids)
         return None, None
 
     def _decode(self, ids: list[int]) -> str:
