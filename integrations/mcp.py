@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
-from art_agents.capture import record_tool_call
+from art_agents.capture import current_trajectory, record_tool_call
 from art_agents.errors import ArtError
 from art_agents.integrations.mcp_tools import (
     all_pages,
@@ -42,6 +42,7 @@ from art_agents.integrations.mcp_tools import (
     parse_arguments,
     result_text,
     schema_problem,
+    truncated,
 )
 from art_agents.schema import Schema
 
@@ -49,8 +50,11 @@ if TYPE_CHECKING:
     from mcp import Client
     from mcp.types import Tool
 
+    from art_agents.integrations.mcp_stdio import StdioState
+
 STDERR_TAIL_BYTES = 1500
 STDERR_TAIL_LINES = 12
+TRUNCATED_METRIC = "mcp_truncated_results"  # in trajectory.metrics: tool results cut to max_result_chars
 EXIT_WAIT_POLLS = 100  # 1 s for a server that closed its stdout to be reaped, so errors can say its exit code
 _owners: set[asyncio.Task[None]] = set()  # strong references: a closing owner must not be garbage collected
 
@@ -90,6 +94,12 @@ class MCPServer(Schema):
     name: str | None = Field(None, description="Label; default: derived from the command or the URL host.")
     tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call; past it the call is an error result.")
     connect_timeout_s: float = Field(30.0, gt=0, description="Start + initialize + list tools.")
+    max_result_chars: int = Field(
+        20_000, gt=0, description="Of a tool result's text, what the model reads; the rest is cut, with a marker."
+    )
+    max_message_bytes: int = Field(
+        64 * 2**20, gt=0, description="stdio: a longer line from the server is discarded; its call gets an error."
+    )
     shared: bool = Field(False, description="One session reused by every `session()` call (read-only servers).")
     protocol: Literal["legacy", "auto"] = Field(
         "legacy",
@@ -178,12 +188,11 @@ class MCPSession:
         self.server_name: str = server.label
         self.instructions: str | None = None
         self.tools: list[Tool] = []
-        self.pid: int | None = None
         self._openai_tools: list[dict[str, Any]] = []
         self._to_openai: dict[str, str] = {}
         self._to_mcp: dict[str, str] = {}
         self._client: Client | None = None
-        self._process: Any = None
+        self._pipe: StdioState | None = None
         self._stderr: IO[bytes] | None = None
         self._failure: Exception | None = None
         self._ready = asyncio.Event()
@@ -216,6 +225,14 @@ class MCPSession:
             await session.aclose()
             raise error from None
         return session
+
+    @property
+    def pid(self) -> int | None:
+        return getattr(self._process, "pid", None)
+
+    @property
+    def _process(self) -> Any:
+        return self._pipe.process if self._pipe is not None else None
 
     @property
     def closed(self) -> bool:
@@ -269,25 +286,15 @@ class MCPSession:
             timeout = httpx2.Timeout(self.server.connect_timeout_s, read=max(300.0, self.server.tool_timeout_s))
             http = await stack.enter_async_context(httpx2.AsyncClient(headers=self.server.headers, timeout=timeout))
             return streamable_http_client(self.server.url, http_client=http)
-        from mcp.client.stdio import StdioServerParameters
+        from art_agents.integrations.mcp_stdio import StdioState, stdio_transport
 
         assert self.server.command is not None
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the session; aclose closes it)
-        command, *args = self.server.command
+        self._pipe = StdioState()
         env = {**os.environ, **(self.server.env or {})}
-        return self._stdio(StdioServerParameters(command=command, args=args, env=env, cwd=self.server.cwd))
-
-    @contextlib.asynccontextmanager
-    async def _stdio(self, params: Any) -> AsyncIterator[Any]:
-        """The SDK's stdio transport, noting its process: the SDK keeps it in a local variable only."""
-        from mcp.client.stdio import stdio_client
-
-        manager = stdio_client(params, errlog=self._stderr)  # type: ignore[arg-type]
-        async with manager as streams:
-            frame = getattr(getattr(manager, "gen", None), "ag_frame", None)
-            self._process = frame.f_locals.get("process") if frame is not None else None
-            self.pid = getattr(self._process, "pid", None)
-            yield streams
+        return stdio_transport(
+            self.server.command, env, self.server.cwd, self._stderr, self.server.max_message_bytes, self._pipe
+        )
 
     def _set_tools(self, tools: list[Tool]) -> None:
         for tool in tools:
@@ -356,10 +363,11 @@ class MCPSession:
         else:
             problem = f"tool {tool!r}: {problem}"
         recorded = parsed if parsed is not None else as_text(arguments)
+        content, problem = self._for_model(text, problem)
         result = ToolResult(
             name=tool or name,
             arguments=recorded,
-            content=f"Error: {problem}" if problem is not None else text,
+            content=content,
             is_error=problem is not None,
             error=problem,
             duration_s=time.perf_counter() - started,
@@ -367,6 +375,16 @@ class MCPSession:
         )
         self._record(result.name, recorded, result.content, problem, started, tool_call_id)
         return result
+
+    def _for_model(self, text: str, problem: str | None) -> tuple[str, str | None]:
+        """(content, problem) cut to max_result_chars, so no answer floods the context; cuts count in the rollout."""
+        limit = self.server.max_result_chars
+        if len(problem or text) > limit and (trajectory := current_trajectory()) is not None:
+            trajectory.metrics[TRUNCATED_METRIC] = int(trajectory.metrics.get(TRUNCATED_METRIC, 0)) + 1
+        if problem is not None:
+            problem = truncated(problem, limit)
+            return f"Error: {problem}", problem
+        return truncated(text, limit), None
 
     async def run_tool_calls(self, tool_calls: Any) -> list[dict[str, Any]]:
         """Run an assistant message's tool calls in order; returns the OpenAI `tool` messages.
@@ -473,7 +491,9 @@ class MCPSession:
             if self._process is None or self._exit_code() is not None:
                 break
             await asyncio.sleep(0.01)
-        if detail is None:
+        if self._pipe is not None and self._pipe.failure is not None:
+            detail = self._pipe.failure  # the transport's own reason beats the SDK's "Connection closed"
+        elif detail is None:
             detail = describe(self._failure) if self._failure is not None else "connection closed"
         if (code := self._exit_code()) is not None:
             detail += f", exit code {code}"

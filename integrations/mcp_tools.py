@@ -103,6 +103,13 @@ def result_text(result: Any) -> str:
     return "\n".join(parts)
 
 
+def truncated(text: str, limit: int) -> str:
+    """`text` cut to `limit` characters, with a marker saying so that the model can read."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[truncated: the first {limit:,} of {len(text):,} characters (max_result_chars)]"
+
+
 def _part_text(part: Any) -> str:
     kind = getattr(part, "type", None)
     if kind == "text":
