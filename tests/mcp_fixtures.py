@@ -27,6 +27,7 @@ SERVERS = Path(__file__).parent / "mcp_servers"
 KV_COMMAND = [sys.executable, str(SERVERS / "kv_server.py")]
 BAD_SCHEMA_COMMAND = [sys.executable, str(SERVERS / "bad_schema_server.py")]
 TIME_COMMAND = [sys.executable, "-m", "mcp_server_time"]
+UNRULY_COMMAND = [sys.executable, str(SERVERS / "unruly_server.py")]  # huge answers; --latin1: invalid UTF-8
 
 
 def kv_server(**options: object) -> MCPServer:
