@@ -8,7 +8,8 @@ Each session holds its `mcp.Client` in an owner task of its own: anyio cancel sc
 entered and exited by the same task, and a transport that fails then takes down only that task,
 never the rollout using the session. Closing always stops the server process, also when the rollout
 is cancelled. A parent killed with SIGKILL leaves no orphan: stdio servers exit when their stdin
-closes (checked by the tests for SDK-based servers).
+closes (checked by the tests for SDK-based servers). Over stdio the line reader is our own
+(`mcp_stdio`): it survives invalid UTF-8 and huge answers, which the SDK's does not.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ async def _messages(
             size += len(piece)
             if size <= max_line_bytes:
                 parts.append(piece)
-            elif parts or not head:  # just went over: keep only the edges from now on
+            elif not head:  # just went over: keep only the edges from now on
                 joined = b"".join([*parts, piece])
                 head, tail, parts = joined[:EDGE_BYTES], joined[-EDGE_BYTES:], []
             else:
