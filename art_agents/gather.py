@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from art_agents.errors import TooManyExceptions
 from art_agents.progress import progress_bar
-from art_agents.tasks import gather_or_cancel
+from art_agents.tasks import close_unstarted, gather_or_cancel
 from art_agents.trajectory import RolloutException, Trajectory, TrajectoryGroup
 
 AfterEach = Callable[[TrajectoryGroup], Awaitable[TrajectoryGroup | list[TrajectoryGroup] | None]]
@@ -92,39 +92,37 @@ async def gather_trajectory_groups(
     `max_metrics` caps the metric means it shows. `pbar_total_completion_tokens` is accepted for ART code
     and does nothing.
     """
-    if max_metrics is not None and max_metrics < 0:
-        raise ValueError(f"max_metrics must be None or >= 0, got {max_metrics}")
     given = list(groups)
+    groups = [g for g in given if isinstance(g, TrajectoryGroup)]
     try:
+        if max_metrics is not None and max_metrics < 0:
+            raise ValueError(f"max_metrics must be None or >= 0, got {max_metrics}")
         awaited = iter(await gather_or_cancel(g for g in given if not isinstance(g, TrajectoryGroup)))
-    except BaseException:
-        for group in given:
-            if isinstance(group, TrajectoryGroup):
-                group.discard_pending()
-        raise
-    groups = [g if isinstance(g, TrajectoryGroup) else next(awaited) for g in given]
-    total = sum(len(g.trajectories) + g.pending for g in groups)
-    budget = _exception_budget(max_exceptions, total)
-    progress = _Progress(total, pbar_desc, max_metrics)
+        groups = [g if isinstance(g, TrajectoryGroup) else next(awaited) for g in given]
+        total = sum(len(g.trajectories) + g.pending for g in groups)
+        budget = _exception_budget(max_exceptions, total)
+        progress = _Progress(total, pbar_desc, max_metrics)
 
-    async def finish(group: TrajectoryGroup) -> list[TrajectoryGroup]:
-        group = await group
-        progress.count(group)
-        if len(progress.exceptions) > budget:
-            raise _OverBudget
-        result = await after_each(group) if after_each is not None else group
-        scored = [] if result is None else result if isinstance(result, list) else [result]
-        progress.show(scored, len(group.trajectories) + len(group.exceptions))
-        return scored
+        async def finish(group: TrajectoryGroup) -> list[TrajectoryGroup]:
+            group = await group
+            progress.count(group)
+            if len(progress.exceptions) > budget:
+                raise _OverBudget
+            result = await after_each(group) if after_each is not None else group
+            scored = [] if result is None else result if isinstance(result, list) else [result]
+            progress.show(scored, len(group.trajectories) + len(group.exceptions))
+            return scored
 
-    try:
-        finished = await gather_or_cancel(finish(g) for g in groups)
-    except _OverBudget:
-        raise progress.over_budget(max_exceptions) from None
-    finally:
-        for group in groups:  # stopped early: close the rollouts of groups that never started
+        try:
+            finished = await gather_or_cancel(finish(g) for g in groups)
+        except _OverBudget:
+            raise progress.over_budget(max_exceptions) from None
+        finally:
+            progress.bar.close()
+    finally:  # stopped early (bad argument, over budget, cancelled): close the rollouts that never started
+        close_unstarted(given)
+        for group in groups:
             group.discard_pending()
-        progress.bar.close()
     return [group for scored in finished for group in scored]
 
 

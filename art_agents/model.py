@@ -320,7 +320,8 @@ class TrainableModel(Model):
 
         ART's `_config` (its `art.dev.TrainConfig` dict) is mapped onto `config` where this trainer has the
         setting and refused by name where it has not (see `art_agents.backend.art_train_config`); `verbose`
-        prints a line when the step starts and ends.
+        prints a line when the step starts and ends. `progress=False` hides the step's bar (which
+        `art_agents.progress` draws only on a terminal).
         """
         art_options: dict[str, Any] = {"_config": _config} if _config else {}
         if verbose:
