@@ -3,7 +3,7 @@
 from art_agents import local, utils  # ART's `art.local` and `art.utils`, reachable as attributes too
 from art_agents.backend import Backend, LocalBackend, RemoteBackend
 from art_agents.capture import current_trajectory, record_completion, record_tool_call, rollout, span
-from art_agents.errors import ArtError, RolloutFailed, ServerError, TooManyExceptions
+from art_agents.errors import ArtError, RolloutFailed, ServerError, SetupError, TooManyExceptions
 from art_agents.gather import gather_trajectories, gather_trajectory_groups
 from art_agents.jsonl import read_groups, write_groups
 from art_agents.messages import ChatMessage
@@ -27,6 +27,7 @@ __all__ = [
     "RolloutException",
     "RolloutFailed",
     "ServerError",
+    "SetupError",
     "TooManyExceptions",
     "ToolCallRecord",
     "TrainConfig",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from art_agents import reporters
 from art_agents.errors import ArtError, ServerError
+from art_agents.progress import progress_bar
 from art_agents.reporters import StepRecord
 from art_agents.train_config import TrainConfig
 from art_agents.trajectory import TrajectoryGroup, validate_groups
@@ -220,8 +221,6 @@ class RemoteBackend:
         to `config` by `art_train_config`, which refuses by name what this trainer cannot do. `verbose`
         prints a line when the step starts and when it ends.
         """
-        from tqdm import tqdm  # text bars: tqdm.auto widgets show blank or stuck at 0% in stored notebooks
-
         config = art_train_config(config, _config, **options)
         groups = list(groups)
         validate_groups(groups)
@@ -231,7 +230,7 @@ class RemoteBackend:
             )
         result: TrainResult | None = None
         started_at = time.time()
-        with tqdm(desc=f"train {model.name}", unit="seq", disable=not progress, leave=False) as bar:
+        with progress_bar(f"train {model.name}", unit="seq", show=progress) as bar:
             async for event in self.train_events(model, groups, config):
                 if event.type == "error":
                     raise ArtError(f"training failed on the server: {event.error}")

@@ -25,6 +25,13 @@ class TooManyExceptions(ArtError):
     """More rollouts failed than `max_exceptions` allows."""
 
 
+class SetupError(ArtError):
+    """An error every rollout would hit (no endpoint, unknown model, server down): a gather stops at once on it.
+
+    Counting it as one failed rollout would only hide the fix; see `art_agents.fatal` for what qualifies.
+    """
+
+
 class ServerError(ArtError):
     """The art-agents server answered with an error; `status` and `detail` come from its body."""
 

@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from art_agents.errors import ArtError
+from art_agents.errors import ArtError, SetupError
 from art_agents.names import check_safe_name
 from art_agents.reporters import create_reporters, reporter_names
 from art_agents.schema import Schema
@@ -229,9 +229,9 @@ class Model(Schema):
     def endpoint(self) -> tuple[str, str]:
         """(base URL, API key) of the model's OpenAI-compatible server, for clients built elsewhere."""
         if self.inference_base_url is None:
-            raise ArtError(
-                f"model {self.name!r} has no inference_base_url; set it, or register a TrainableModel with a backend first"
-            )
+            if self.trainable:
+                raise _not_registered(self.name)
+            raise SetupError(f"model {self.name!r} has no inference_base_url; set it to its OpenAI-compatible URL")
         return self.inference_base_url, self.inference_api_key or "art-agents"
 
 
@@ -277,7 +277,7 @@ class TrainableModel(Model):
     @property
     def backend(self) -> Backend:
         if self._backend is None:
-            raise ArtError(f"model {self.name!r} is not registered; call `await model.register(backend)` first")
+            raise _not_registered(self.name)
         return self._backend
 
     async def register(self, backend: Backend, _openai_client_config: Mapping[str, Any] | None = None) -> None:
@@ -320,7 +320,8 @@ class TrainableModel(Model):
 
         ART's `_config` (its `art.dev.TrainConfig` dict) is mapped onto `config` where this trainer has the
         setting and refused by name where it has not (see `art_agents.backend.art_train_config`); `verbose`
-        prints a line when the step starts and ends.
+        prints a line when the step starts and ends. `progress=False` hides the step's bar (which
+        `art_agents.progress` draws only on a terminal).
         """
         art_options: dict[str, Any] = {"_config": _config} if _config else {}
         if verbose:
@@ -364,6 +365,10 @@ class TrainableModel(Model):
         if best_checkpoint_metric is None:  # a Backend written before the metric existed still works
             return await self.backend.delete_checkpoints(self, steps)
         return await self.backend.delete_checkpoints(self, steps, best_checkpoint_metric=best_checkpoint_metric)
+
+
+def _not_registered(name: str) -> SetupError:
+    return SetupError(f"model {name!r} is not registered; call `await model.register(backend)` before its rollouts")
 
 
 def _as_groups(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import math
 import time
 import traceback
@@ -24,8 +22,10 @@ from pydantic import (
 
 from art_agents.choices import MessageList, Messages, MessagesAndChoices, choice_completion_id, choice_message
 from art_agents.errors import RolloutFailed
+from art_agents.fatal import fatal_error
 from art_agents.messages import ChatMessage, as_messages
 from art_agents.schema import Schema
+from art_agents.tasks import close_unstarted, gather_or_cancel
 
 SCHEMA_VERSION = 1
 
@@ -249,25 +249,20 @@ class TrajectoryGroup(Schema):
         return self._resolve().__await__()
 
     async def _resolve(self) -> TrajectoryGroup:
+        """Run the rollouts; one that raises is kept in `exceptions`, unless its error would stop every
+        rollout (see `art_agents.fatal`): that one is raised at once and the others are cancelled."""
         pending, self._pending = self._pending, []
-        try:
-            results = await asyncio.gather(*(_as_trajectory(item) for item in pending), return_exceptions=True)
-        except BaseException:  # cancelled (Ctrl-C, say): rollouts that had not started yet are closed
-            _close_unstarted(pending)
-            raise
-        for result in results:
+        for result in await gather_or_cancel(_settle(item) for item in pending):
             if isinstance(result, Trajectory):
                 self.trajectories.append(result)
-            elif isinstance(result, Exception):
-                self.exceptions.append(RolloutException.from_exception(result))
             else:
-                raise result  # KeyboardInterrupt, CancelledError: never swallowed
+                self.exceptions.append(RolloutException.from_exception(result))
         return self
 
     def discard_pending(self) -> None:
         """Close rollouts that never started (the gather was cancelled first), so none is left never awaited."""
         pending, self._pending = self._pending, []
-        _close_unstarted(pending)
+        close_unstarted(pending)
 
     def rewards(self) -> list[float]:
         return [t.reward for t in self.trajectories]
@@ -286,10 +281,17 @@ class TrajectoryGroup(Schema):
             Trajectory.model_validate(trajectory.model_dump())
 
 
-async def _as_trajectory(item: Awaitable[Trajectory]) -> Trajectory:
-    result = await item
+async def _settle(item: Awaitable[Trajectory]) -> Trajectory | Exception:
+    """The rollout's trajectory, or the exception it raised; a fatal error is raised instead."""
+    try:
+        result = await item
+    except Exception as exc:
+        fatal = fatal_error(exc)
+        if fatal is None:
+            return exc
+        raise fatal from fatal.__cause__  # from its own cause: the RolloutFailed wrapper around it adds nothing
     if not isinstance(result, Trajectory):
-        raise TypeError(f"a rollout returned {type(result).__name__}, expected a Trajectory")
+        return TypeError(f"a rollout returned {type(result).__name__}, expected a Trajectory")
     return result
 
 
@@ -300,9 +302,3 @@ def validate_groups(groups: list[TrajectoryGroup]) -> None:
             group.validate_for_training()
         except ValueError as exc:
             raise ValueError(f"groups[{index}]: {exc}") from exc
-
-
-def _close_unstarted(items: Iterable[Awaitable[Any]]) -> None:
-    for item in items:
-        if inspect.iscoroutine(item) and inspect.getcoroutinestate(item) == inspect.CORO_CREATED:
-            item.close()

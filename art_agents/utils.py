@@ -6,7 +6,7 @@ seed, batches hold `groups_per_step` items (the last of an epoch may hold fewer)
 over all epochs, and `initial_step` skips the batches before it so a resumed run picks up where it
 stopped. One difference: ART reseeds Python's global `random` (`random.seed(epoch)`) as a side effect;
 this uses a generator of its own, so the caller's random state is left alone. Another: the progress
-bar is a plain text `tqdm`, which stays readable in stored notebooks.
+bar follows `art_agents.progress` (drawn on a terminal, wiped when done).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
+
+from art_agents.progress import progress_bar
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -53,12 +55,8 @@ def iterate_dataset(
     if size == 0:
         return
     steps_per_epoch = math.ceil(size / groups_per_step)
-    bar = None
-    if use_tqdm:
-        from tqdm import tqdm  # text bars: tqdm.auto widgets show blank or stuck at 0% in stored notebooks
-
-        total = steps_per_epoch * num_epochs
-        bar = tqdm(initial=min(initial_step, total), total=total, desc="Iterating dataset", unit="batch")
+    total = steps_per_epoch * num_epochs
+    bar = progress_bar("Iterating dataset", unit="batch", total=total, show=use_tqdm, initial=min(initial_step, total))
     try:
         for epoch in range(num_epochs):
             order = list(range(size))
@@ -70,11 +68,9 @@ def iterate_dataset(
                 start = epoch_step * groups_per_step
                 items = [dataset[i] for i in order[start : start + groups_per_step]]
                 yield DatasetBatch(items=items, step=step, epoch=epoch, epoch_step=epoch_step)
-                if bar is not None:
-                    bar.update(1)
+                bar.update(1)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
 
 
 __all__ = ["DatasetBatch", "iterate_dataset"]

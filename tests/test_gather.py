@@ -1,19 +1,31 @@
-"""gather_trajectory_groups: failure budget both ways, after_each dropping and replacing groups."""
+"""gather_trajectory_groups: failure budget both ways, after_each dropping and replacing groups,
+errors every rollout would hit stopping the gather at once, timeouts around it."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
+from server_fixtures import free_port
 
 from art_agents import (
+    Model,
+    SetupError,
     TooManyExceptions,
+    TrainableModel,
     Trajectory,
     TrajectoryGroup,
     gather_trajectories,
     gather_trajectory_groups,
     rollout,
 )
+
+# a rollout coroutine left never awaited (a gather that stopped early must close it) fails the test
+pytestmark = [
+    pytest.mark.filterwarnings("error:coroutine .* was never awaited:RuntimeWarning"),
+    pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning"),
+]
 
 
 async def attempt(reward: float, fail: bool = False) -> Trajectory:
@@ -39,7 +51,9 @@ async def test_exceptions_within_the_budget_are_kept_in_their_groups() -> None:
 
 
 async def test_exceptions_over_the_budget_raise() -> None:
-    with pytest.raises(TooManyExceptions, match="3 rollouts raised, more than max_exceptions=2"):
+    with pytest.raises(
+        TooManyExceptions, match=r"3 of \d finished rollouts raised \(8 in all\), more than max_exceptions=2 allows"
+    ):
         await gather_trajectory_groups(groups(3), max_exceptions=2, pbar_desc=None)
 
 
@@ -79,18 +93,102 @@ def test_bad_max_exceptions_is_refused() -> None:
         asyncio.run(gather_trajectory_groups([], max_exceptions=-1, pbar_desc=None))
 
 
+async def waits_forever(cancelled: asyncio.Event) -> Trajectory:
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+    raise AssertionError("unreachable")
+
+
 async def test_going_over_the_budget_cancels_the_other_rollouts() -> None:
     cancelled = asyncio.Event()
-
-    async def waits_forever() -> Trajectory:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        raise AssertionError("unreachable")
-
-    stuck = TrajectoryGroup([waits_forever()])
+    stuck = TrajectoryGroup([waits_forever(cancelled)])
     with pytest.raises(TooManyExceptions):
-        await gather_trajectory_groups([groups(1)[0], stuck], pbar_desc=None)
+        await gather_trajectory_groups([*groups(1), stuck], pbar_desc=None)
+    assert cancelled.is_set()
+
+
+async def test_the_message_counts_every_finished_failure_and_advises_by_cause() -> None:
+    with pytest.raises(TooManyExceptions, match=r"^(\d+) of \1 finished rollouts raised \(8 in all\)") as raised:
+        await gather_trajectory_groups(groups(8), max_exceptions=1, pbar_desc=None)
+    assert str(raised.value).endswith("no rollout succeeded, so raising max_exceptions would not help: fix that error")
+    with pytest.raises(TooManyExceptions, match=r"raise max_exceptions to tolerate occasional failures$"):
+        await gather_trajectory_groups(groups(3), max_exceptions=1, pbar_desc=None)
+
+
+async def ask(model: Model) -> Trajectory:
+    async with rollout() as traj:
+        client = model.openai_client()
+        await client.chat.completions.create(
+            model=model.get_inference_name(), messages=[{"role": "user", "content": "hi"}]
+        )
+    return traj
+
+
+async def stops_at_once(rollouts: list[object]) -> BaseException:
+    """Gather the rollouts beside one that never ends, with a budget they cannot exhaust; return what it raised."""
+    cancelled = asyncio.Event()
+    started = time.monotonic()
+    with pytest.raises(BaseException) as raised:
+        async with asyncio.timeout(5):
+            work = [TrajectoryGroup(rollouts[i : i + 4]) for i in range(0, len(rollouts), 4)]
+            await gather_trajectory_groups([*work, TrajectoryGroup([waits_forever(cancelled)])], max_exceptions=100)
+    assert not isinstance(raised.value, TimeoutError), "the gather went on as if the error were one rollout's"
+    assert cancelled.is_set() and time.monotonic() - started < 5
+    assert "\n" not in str(raised.value)
+    return raised.value
+
+
+async def test_an_unregistered_model_stops_the_gather_naming_register() -> None:
+    model = TrainableModel(name="agent", project="demo", base_model="unused")
+    error = await stops_at_once([ask(model) for _ in range(16)])
+    assert isinstance(error, SetupError)
+    assert str(error) == "model 'agent' is not registered; call `await model.register(backend)` before its rollouts"
+
+
+async def test_a_server_that_is_down_stops_the_gather_naming_its_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    error = await stops_at_once([ask(Model(name="m", inference_base_url=url)) for _ in range(8)])
+    assert isinstance(error, SetupError)
+    assert str(error).startswith(f"cannot connect to {url}/chat/completions (All connection attempts failed); start")
+
+
+async def test_an_unknown_model_stops_the_gather_with_the_servers_answer(server_url: str) -> None:
+    model = Model(name="nope", inference_base_url=f"{server_url}/v1")
+    error = await stops_at_once([ask(model) for _ in range(8)])
+    assert isinstance(error, SetupError)
+    assert str(error).startswith(f"{server_url}/v1/chat/completions answered 404 (model 'nope' is not registered")
+    assert str(error).endswith(
+        "use a model name that server serves (GET /v1/models lists them) and a base URL ending in /v1"
+    )
+
+
+async def test_a_missing_dependency_stops_the_gather_and_a_lone_group() -> None:
+    async def needs_an_extra() -> Trajectory:
+        async with rollout() as traj:
+            import art_agents_extra_that_is_not_installed  # noqa: F401
+        return traj
+
+    error = await stops_at_once([needs_an_extra() for _ in range(8)])
+    assert isinstance(error, ModuleNotFoundError) and error.name == "art_agents_extra_that_is_not_installed"
+    with pytest.raises(ModuleNotFoundError):
+        await TrajectoryGroup([needs_an_extra(), needs_an_extra()])
+
+
+async def test_timeouts_wrap_a_rollout_or_the_whole_gather() -> None:
+    async def slow(seconds: float) -> Trajectory:
+        async with rollout() as traj, asyncio.timeout(seconds):  # per rollout: counted as that rollout's failure
+            await asyncio.sleep(1)
+        return traj
+
+    finished = await gather_trajectory_groups(
+        [TrajectoryGroup([slow(0.01), attempt(1)])], max_exceptions=1, pbar_desc=None
+    )
+    assert [e.type for e in finished[0].exceptions] == ["TimeoutError"] and finished[0].rewards() == [1]
+    cancelled = asyncio.Event()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):  # per gather: everything still running is cancelled
+            await gather_trajectory_groups([TrajectoryGroup([waits_forever(cancelled)]), *groups(0)], pbar_desc=None)
     assert cancelled.is_set()
