@@ -125,6 +125,7 @@ def _commit(
     config = request.config.model_dump(mode="json")
     groups_path = trajectories_path(served.model_dir, "train", step)
     try:
+        checkpoints.refuse_existing(checkpoints.checkpoint_path(served.model_dir, step))  # before writing any of it
         write_groups(groups_path, request.groups)
         path = checkpoints.save_checkpoint(
             served.model_dir, step, served.engine.model, optimizer_state, {"metrics": metrics, "config": config}
@@ -136,7 +137,7 @@ def _commit(
         )
     except Exception as exc:
         failure = f"saving checkpoint {step} failed ({type(exc).__name__}: {exc})"
-        _roll_back(served, step, groups_path, failure)
+        _roll_back(served, step, None if isinstance(exc, checkpoints.CheckpointExists) else groups_path, failure)
         raise CheckpointNotSaved(
             f"{failure}; the trained weights were dropped and the last good checkpoint {step - 1} keeps serving"
         ) from exc
@@ -170,13 +171,15 @@ def record_log(served: ServedModel, request: LogRequest) -> LogResult:
     return LogResult(step=step, split=split, metrics=metrics, path=str(path) if path else None)
 
 
-def _roll_back(served: ServedModel, step: int, groups_path: Path, failure: str) -> None:
-    """Remove what was written for `step` and put checkpoint step-1's adapter weights back in the model."""
+def _roll_back(served: ServedModel, step: int, groups_path: Path | None, failure: str) -> None:
+    """Put checkpoint step-1's adapter weights back in the model and remove what was written for `step`
+    (`groups_path` None: nothing was, and the step's files on disk belong to another writer)."""
     good = step - 1
     try:
         served.engine.load_adapter(checkpoints.checkpoint_path(served.model_dir, good))
-        checkpoints.discard_checkpoint(served.model_dir, step)
-        groups_path.unlink(missing_ok=True)
+        if groups_path is not None:
+            checkpoints.discard_checkpoint(served.model_dir, step)
+            groups_path.unlink(missing_ok=True)
     except Exception as undo:
         raise CheckpointNotSaved(
             f"{failure}, and restoring checkpoint {good} failed too ({type(undo).__name__}: {undo}); the served "
