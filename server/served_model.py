@@ -40,6 +40,11 @@ class ServedModel:
         """What a completion's `model` field answers: `name@step`."""
         return f"{self.info.name}@{self.step}"
 
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context length (None if its config does not say): no sequence may be longer."""
+        return getattr(self.engine.model.config, "max_position_embeddings", None)
+
     async def close(self) -> None:
         try:
             await self.engine.close()

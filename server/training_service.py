@@ -22,6 +22,7 @@ from art_agents.names import check_safe_name
 from art_agents.server import checkpoints
 from art_agents.server.errors import ServiceError
 from art_agents.server.memory import trim_heap
+from art_agents.server.sequences import check_unique_completions
 from art_agents.server.served_model import ServedModel
 from art_agents.trajectory import validate_groups
 from art_agents.wire import LogRequest, LogResult, TrainEvent, TrainRequest, TrainResult, split_metrics
@@ -36,11 +37,12 @@ class CheckpointNotSaved(RuntimeError):
 
 
 def check_train_request(request: TrainRequest) -> None:
-    """Refuse empty or malformed groups up front, as a 400 naming the group."""
+    """Refuse empty, malformed or repeated groups up front, as a 400 naming the group or the completion id."""
     if not request.groups:
         raise ServiceError(400, "groups is empty; pass at least one trajectory group to train on")
     try:
         validate_groups(request.groups)
+        check_unique_completions(request.groups)
     except ValueError as exc:
         raise ServiceError(400, str(exc)) from exc
 
@@ -87,7 +89,14 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
             optimizer_state = await asyncio.to_thread(checkpoints.load_optimizer_state, served.model_dir, step)
             trainer = PolicyTrainer(served.engine.model, served.engine.tokenizer, served.store, optimizer_state)
             try:
-                policy = Policy(served.info.name, step, request.config.max_staleness)
+                policy = Policy(
+                    served.info.name,
+                    step,
+                    request.config.max_staleness,
+                    served.context_tokens,
+                    served.engine.longest_token_bytes,
+                    request.config.truncate_to_context,
+                )
                 metrics = await asyncio.to_thread(
                     trainer.train, request.groups, request.config, progress, policy=policy
                 )

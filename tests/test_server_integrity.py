@@ -10,10 +10,13 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from server_fixtures import start_server
 from test_server_admin import MESSAGES, register, train, trajectory
 
@@ -105,3 +108,63 @@ def test_a_checkpoint_never_overwrites_an_existing_step(tmp_path: Path, tiny_mod
         (intruder / "trainer_state.json").unlink()
         intruder.rmdir()
         trains(url, "m", 1)
+
+
+@pytest.fixture(scope="module")
+def url(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Iterator[str]:
+    with start_server(tmp_path_factory.mktemp("art")) as base_url:
+        assert register(base_url, "m", tiny_model_path, lora_rank=4).status_code == 200
+        yield base_url
+
+
+def step_of(url: str) -> int:
+    return int(httpx.get(f"{url}/v1/art/models/m/step").json()["step"])
+
+
+def retokenized(user: str, trajectory_id: str) -> dict[str, Any]:
+    """A trajectory whose turn has no completion id, so the server renders it through the chat template."""
+    return {
+        "id": trajectory_id,
+        "messages": [{"role": "user", "content": user}, {"role": "assistant", "content": "yes"}],
+        "turns": [{"index": 1}],
+    }
+
+
+def test_sequences_longer_than_the_context_are_refused_naming_the_turn(url: str) -> None:
+    huge = {"trajectories": [{**retokenized("word " * 400_000, "t-huge"), "reward": r} for r in (0.0, 1.0)]}  # 2 MB
+    started = time.perf_counter()
+    response = train(url, "m", [huge])
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]
+    assert "'t-huge', turn at history 0 message 1" in detail and "bytes" in detail and "4096 tokens" in detail
+    assert time.perf_counter() - started < 3  # refused before the chat template; main answered a 500 after 7 s
+    long = {"trajectories": [{**retokenized("ab " * 4050, f"t-long{r:.0f}"), "reward": r} for r in (0.0, 1.0)]}
+    detail = train(url, "m", [long]).json()["detail"]  # ~8,100 tokens: main trained on it silently
+    assert "'t-long0', turn at history 0 message 1: its sequence is 81" in detail and "4096 tokens" in detail, detail
+    step = step_of(url)
+    truncated = result_of(train(url, "m", [long], truncate_to_context=True))
+    assert truncated["type"] == "result", truncated
+    assert truncated["result"]["metrics"]["turns_truncated"] == 2 and truncated["result"]["step"] == step
+    trains(url, "m", step + 1)
+
+
+def test_a_completion_trained_twice_in_one_call_is_refused(url: str) -> None:
+    group = sampled_group(url, "m")
+    twice = {**group["trajectories"][0], "id": "t0"}
+    duplicated = {"trajectories": [{**twice, "reward": 0.0}, {**twice, "reward": 5.0}]}
+    response = train(url, "m", [duplicated])
+    assert response.status_code == 400, response.text
+    detail = response.json()["detail"]
+    cid = twice["turns"][0]["completion_id"]
+    assert f"{cid!r} in groups[0].trajectories[0] (id 't0') and groups[0].trajectories[1] (id 't0')" in detail
+    across = train(url, "m", [group, {"trajectories": [dict(t) for t in group["trajectories"]]}])
+    assert across.status_code == 400 and "groups[1].trajectories[0]" in across.json()["detail"], across.text
+    trains(url, "m", step_of(url) + 1)
+
+
+def test_a_reward_sent_as_text_is_refused(url: str) -> None:
+    group = sampled_group(url, "m")
+    group["trajectories"][1]["reward"] = "0.5"
+    response = train(url, "m", [group])
+    assert response.status_code == 400, response.text
+    assert "reward must be a number, got the string '0.5'" in response.json()["detail"]
