@@ -20,7 +20,7 @@ from typing import Any
 from art_agents.jsonl import write_groups
 from art_agents.names import check_safe_name
 from art_agents.server import checkpoints
-from art_agents.server.errors import ServiceError
+from art_agents.server.errors import ServiceError, describe
 from art_agents.server.memory import trim_heap
 from art_agents.server.sequences import check_unique_completions
 from art_agents.server.served_model import ServedModel
@@ -62,7 +62,7 @@ async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn)
         while (item := await events.get()) is not None:
             if isinstance(item, BaseException):
                 if started:
-                    yield TrainEvent(type="error", error=f"{type(item).__name__}: {item}")
+                    yield TrainEvent(type="error", error=describe(item))
                     return
                 raise item
             started = True

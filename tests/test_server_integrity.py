@@ -3,6 +3,7 @@ model's context and for duplicates, and a full disk is named. After each refusal
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -42,6 +43,10 @@ def sampled_group(url: str, name: str, seeds: tuple[int, int] = (1, 2)) -> dict[
 def result_of(response: httpx.Response) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     return [json.loads(line) for line in response.text.splitlines()][-1]
+
+
+def step_of(url: str) -> int:
+    return int(httpx.get(f"{url}/v1/art/models/m/step").json()["step"])
 
 
 def trains(url: str, name: str, step: int) -> None:
@@ -117,10 +122,6 @@ def url(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Iter
         yield base_url
 
 
-def step_of(url: str) -> int:
-    return int(httpx.get(f"{url}/v1/art/models/m/step").json()["step"])
-
-
 def retokenized(user: str, trajectory_id: str) -> dict[str, Any]:
     """A trajectory whose turn has no completion id, so the server renders it through the chat template."""
     return {
@@ -168,3 +169,44 @@ def test_a_reward_sent_as_text_is_refused(url: str) -> None:
     response = train(url, "m", [group])
     assert response.status_code == 400, response.text
     assert "reward must be a number, got the string '0.5'" in response.json()["detail"]
+
+
+def test_a_full_disk_is_named_for_completions_and_train_steps(
+    tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_agents.server import checkpoints
+    from art_agents.server.token_store import TokenStore
+
+    insert = TokenStore._insert
+
+    def full_store(self: TokenStore, rows: list[tuple]) -> None:
+        """The real insert on a database that may not grow: SQLite itself answers SQLITE_FULL (and rolls back)."""
+        size = self._db.execute("PRAGMA page_count").fetchone()[0]
+        self._db.execute(f"PRAGMA max_page_count = {size}")
+        try:  # the rows and copies under other ids, more than the free room in the pages there are
+            insert(self, rows + [(f"{row[0]}-{i}", *row[1:]) for i in range(500) for row in rows])
+        finally:
+            self._db.execute("PRAGMA max_page_count = 1073741823")
+
+    def full_disk(*args: Any, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "history.jsonl")
+
+    art = tmp_path / "art"
+    model_dir = art / "tests" / "models" / "m"
+    with start_server(art) as url:
+        assert register(url, "m", tiny_model_path, lora_rank=4).status_code == 200
+        group = sampled_group(url, "m")
+        with monkeypatch.context() as patch:
+            patch.setattr(TokenStore, "_insert", full_store)
+            body = {"model": "m", "messages": MESSAGES, "max_tokens": 4}
+            full = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+            assert full.status_code == 507 and full.json()["detail"].startswith("the server's disk is full"), full.text
+            with httpx.stream("POST", f"{url}/v1/chat/completions", json={**body, "stream": True}) as stream:
+                assert "the server's disk is full" in stream.read().decode()
+            patch.setattr(checkpoints, "append_history", full_disk)  # after the checkpoint is written
+            failed = result_of(train(url, "m", [group], learning_rate=1e-3))
+        assert failed["type"] == "error" and failed["error"].startswith("the server's disk is full"), failed
+        assert [p.name for p in (model_dir / "checkpoints").iterdir()] == ["0000"]  # nothing half-written
+        assert not (model_dir / "trajectories" / "train" / "0001.jsonl").exists()
+        assert step_of(url) == 0
+        trains(url, "m", 1)  # the store and the trainer work again once there is room
