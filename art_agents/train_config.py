@@ -69,6 +69,13 @@ class TrainConfig(Schema):
             "None: no cap."
         ),
     )
+    truncate_to_context: bool = Field(
+        False,
+        description=(
+            "A sequence longer than the model's context is refused by name (a 400). True cuts it to the context "
+            "instead (the completion tokens past it do not train) and counts such turns as `turns_truncated`."
+        ),
+    )
     gradient_checkpointing: bool = Field(
         False,
         description=(

@@ -125,6 +125,14 @@ class Trajectory(History):
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
 
+    @field_validator("reward", mode="before")
+    @classmethod
+    def _numeric_reward(cls, value: Any) -> Any:
+        """A reward sent as text ("0.5", "NaN") is a bug upstream: refused instead of coerced."""
+        if isinstance(value, str | bytes):
+            raise ValueError(f"reward must be a number, got the string {value!r}; send a finite number such as 0.5")
+        return value
+
     @field_validator("reward")
     @classmethod
     def _finite_reward(cls, value: float) -> float:

@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from art_agents import wire
 from art_agents.capture import ROLLOUT_HEADER
 from art_agents.server.completions import StreamDelta, StreamItem
-from art_agents.server.errors import ServiceError
+from art_agents.server.errors import ServiceError, describe, disk_full
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.service import ArtService
 
@@ -205,6 +205,9 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+        if disk_full(exc):  # expected on a full disk, and only the operator can fix it: say so
+            log.error("%s %s failed: %s", request.method, request.url.path, describe(exc))
+            return JSONResponse({"detail": describe(exc)}, status_code=507)
         request_id = uuid.uuid4().hex[:12]  # the client gets the id, the log gets the details
         log.error("request %s (%s %s) failed", request_id, request.method, request.url.path, exc_info=exc)
         return JSONResponse(
@@ -330,7 +333,7 @@ async def _sse(first: StreamItem, items: AsyncIterator[StreamItem], include_usag
             sent[item.choice] += item.text
             item = await anext(items)
     except Exception as exc:  # generation failed after the 200 went out: say so in the stream
-        yield f"data: {json.dumps({'error': {'message': f'{type(exc).__name__}: {exc}', 'type': 'server_error'}})}\n\n"
+        yield f"data: {json.dumps({'error': {'message': describe(exc), 'type': 'server_error'}})}\n\n"
         return
     response, _ = item
     head = (response["id"], response["model"], created)

@@ -123,6 +123,15 @@ def render_ids(
     return [int(i) for i in ids]
 
 
+def oversized(messages: list[dict[str, Any]], limit_tokens: int | None, token_bytes: int) -> int | None:
+    """The messages' size in bytes if more than `limit_tokens` tokens of at most `token_bytes` bytes each can hold,
+    else None: such messages are refused before the chat template, which would take seconds on megabytes."""
+    if limit_tokens is None:
+        return None
+    size = len(json.dumps(messages, ensure_ascii=False).encode())
+    return size if size > limit_tokens * token_bytes else None
+
+
 def render_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
     return render_ids(tokenizer, messages, tools, add_generation_prompt=True)
 

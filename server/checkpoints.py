@@ -31,12 +31,14 @@ def save_checkpoint(
 ) -> Path:
     """Write checkpoint `step` atomically (temp folder + rename) and return its folder.
 
-    An existing folder for the same step is replaced (a retried step after a crash that happened
-    between saving and reporting); `created_at` is added to the trainer state.
+    An existing step is never replaced (`CheckpointExists`): a step folder, once written, is what was
+    served at that step. `created_at` is added to the trainer state.
     """
     import torch
 
-    root = Path(model_dir) / "checkpoints"
+    final = checkpoint_path(model_dir, step)
+    refuse_existing(final)
+    root = final.parent
     root.mkdir(parents=True, exist_ok=True)
     _remove_stale_temps(root)
     tmp = root / f".tmp-{step}-{os.getpid()}"
@@ -49,19 +51,26 @@ def save_checkpoint(
         state = {**trainer_state, "step": step, "created_at": time.time()}
         (tmp / TRAINER_STATE).write_text(json.dumps(state, indent=2, default=str) + "\n", encoding="utf-8")
         _fsync_tree(tmp)
-        final = checkpoint_path(model_dir, step)
-        if final.exists():
-            trash = root / f".tmp-replaced-{step}-{os.getpid()}"
-            os.rename(final, trash)
-            os.rename(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.rename(tmp, final)
+        refuse_existing(final)
+        os.rename(tmp, final)  # fails too if a non-empty folder appeared since the check
         _fsync_dir(root)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
+
+
+class CheckpointExists(FileExistsError):
+    """The step was already written (by another process): it is left as it is."""
+
+
+def refuse_existing(final: Path) -> None:
+    """`CheckpointExists` if the step folder `final` is already there."""
+    if final.exists():
+        raise CheckpointExists(
+            f"checkpoint {final} already exists and is never overwritten; another process is writing this model "
+            "folder: stop it, then restart this server to serve its latest step"
+        )
 
 
 def _steps(model_dir: str | Path) -> list[int]:

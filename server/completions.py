@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import threading
 import time
 import uuid
@@ -16,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from art_agents.server.chat_format import parse_assistant, render_prompt_ids
+from art_agents.server.chat_format import oversized, parse_assistant, render_prompt_ids
 from art_agents.server.engine import EngineBusy, OlderStep, Sample, SamplingParams, TokenCallback
 from art_agents.server.errors import ServiceError
 from art_agents.server.served_model import ServedModel
@@ -96,14 +95,12 @@ def plan_chat(
     )
     if params.n > config.max_batch_size:
         raise ServiceError(400, f"n={params.n} exceeds this model's max_batch_size ({config.max_batch_size})")
-    limit = getattr(served.engine.model.config, "max_position_embeddings", None)
+    limit = served.context_tokens
     tokenizer = served.engine.tokenizer
-    if limit is not None:
-        size = len(json.dumps(body["messages"], ensure_ascii=False).encode())
-        if size > limit * served.engine.longest_token_bytes:  # more bytes than `limit` tokens can hold
-            raise ServiceError(
-                400, f"the messages ({size} bytes) cannot fit the model's context of {limit} tokens; shorten them"
-            )
+    if (size := oversized(body["messages"], limit, served.engine.longest_token_bytes)) is not None:
+        raise ServiceError(
+            400, f"the messages ({size} bytes) cannot fit the model's context of {limit} tokens; shorten them"
+        )
     tools = body.get("tools") if body.get("tool_choice") != "none" else None
     try:
         prompt_ids = render_prompt_ids(tokenizer, body["messages"], tools)

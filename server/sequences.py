@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from art_agents.server.chat_format import oversized, render_ids, render_prompt_ids
+
 if TYPE_CHECKING:
     from art_agents.server.token_store import TokenStore
     from art_agents.trajectory import Trajectory, TrajectoryGroup, Turn
@@ -70,6 +72,7 @@ class BuildStats:
     turns_from_store: int = 0
     turns_retokenized: int = 0
     turns_foreign: int = 0
+    turns_truncated: int = 0
     staleness: dict[int, int] = field(default_factory=dict)  # steps behind -> stored turns
 
     def as_metrics(self) -> dict[str, float]:
@@ -78,17 +81,23 @@ class BuildStats:
             "turns_retokenized": float(self.turns_retokenized),
             "turns_foreign": float(self.turns_foreign),
         }
+        if self.turns_truncated:
+            metrics["turns_truncated"] = float(self.turns_truncated)
         metrics.update({f"turns_staleness_{k}": float(n) for k, n in sorted(self.staleness.items())})
         return metrics
 
 
 @dataclass(frozen=True)
 class Policy:
-    """The model being trained: whose turns count, at which step, and how stale a sample may be."""
+    """The model being trained: whose turns count, at which step, how stale a sample may be, and how long a
+    sequence its context holds (`token_bytes`: the most bytes one token stands for; `truncate`: cut, not refuse)."""
 
     name: str
     step: int
     max_staleness: int = 0
+    context_tokens: int | None = None
+    token_bytes: int = 1
+    truncate: bool = False
 
     def owns(self, turn: Turn) -> bool:
         """False for a turn another model answered (`model` names someone else); unnamed turns are ours."""
@@ -135,8 +144,8 @@ def build_sequences(
     for g, group in chosen:
         for t, trajectory in enumerate(group.trajectories):
             advantage = 0.0 if advantages is None else advantages[(g, t)]
-            turns = [_turn_tokens(trajectory, turn, records, tokenizer, stats) for turn in ours[(g, t)]]
-            merged = merge_turns(turns)
+            turns = [_turn_tokens(trajectory, turn, records, tokenizer, stats, policy) for turn in ours[(g, t)]]
+            merged = merge_turns([turn for turn in turns if turn is not None])
             total = sum(s.trained_tokens for s in merged)
             for sequence in merged:
                 sequence.advantage, sequence.group, sequence.trajectory = advantage, g, t
@@ -156,14 +165,36 @@ def _stored(store: TokenStore, ids: list[str | None]) -> dict[str, Any]:
     records = store.get_many(known)
     missing = [cid for cid in dict.fromkeys(known) if cid not in records]
     if missing:
-        shown = ", ".join(repr(cid) for cid in missing[:5]) + (
-            f" and {len(missing) - 5} more" if len(missing) > 5 else ""
-        )
         raise TrainingInputError(
-            f"completion id(s) {shown} are not in this model's token store; train only on completions this server "
+            f"completion id(s) {listed([repr(cid) for cid in missing])} are not in this model's token store; train only on completions this server "
             "sampled for this model (or clear turn.completion_id to have the turn re-tokenized)"
         )
     return records
+
+
+def check_unique_completions(groups: list[TrajectoryGroup]) -> None:
+    """A completion trains once per call: an id in two turns (a trajectory sent twice, say) is refused by name."""
+    seen: dict[str, str] = {}
+    repeated: list[str] = []
+    for g, group in enumerate(groups):
+        for t, trajectory in enumerate(group.trajectories):
+            where = f"groups[{g}].trajectories[{t}] (id {trajectory.id!r})"
+            for cid in (turn.completion_id for turn in trajectory.turns if turn.completion_id is not None):
+                if cid in seen:
+                    repeated.append(f"{cid!r} in {seen[cid]} and {where}")
+                else:
+                    seen[cid] = where
+    if repeated:
+        raise TrainingInputError(
+            f"completion id(s) appear more than once in this train call: {listed(repeated)}; each completion trains "
+            "once per call: drop the duplicate trajectories or turns"
+        )
+
+
+def listed(items: list[str], limit: int = 5) -> str:
+    """The first `limit` items, comma-separated, and how many more there are."""
+    more = f" and {len(items) - limit} more" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
 
 
 def _check_staleness(records: dict[str, Any], policy: Policy, stats: BuildStats) -> None:
@@ -174,10 +205,9 @@ def _check_staleness(records: dict[str, Any], policy: Policy, stats: BuildStats)
         if behind > policy.max_staleness:
             stale.append(f"{cid!r} (sampled at step {record.policy_step})")
     if stale:
-        shown = ", ".join(stale[:5]) + (f" and {len(stale) - 5} more" if len(stale) > 5 else "")
         raise TrainingInputError(
             f"{len(stale)} turn(s) were sampled more than max_staleness={policy.max_staleness} steps before the "
-            f"current step {policy.step}: {shown}. Their importance ratio would be 1, training another policy "
+            f"current step {policy.step}: {listed(stale)}. Their importance ratio would be 1, training another policy "
             "as if it were this one; train on fresh rollouts, or raise TrainConfig.max_staleness to accept them"
         )
 
@@ -204,20 +234,52 @@ def _starts_with(ids: list[int], prefix: list[int]) -> bool:
 
 
 def _turn_tokens(
-    trajectory: Trajectory, turn: Turn, records: dict[str, Any], tokenizer: Any, stats: BuildStats
-) -> _TurnTokens:
+    trajectory: Trajectory,
+    turn: Turn,
+    records: dict[str, Any],
+    tokenizer: Any,
+    stats: BuildStats,
+    policy: Policy | None,
+) -> _TurnTokens | None:
+    """The turn's tokens, checked against the context; None for a turn truncated to nothing."""
+    context = None if policy is None else policy.context_tokens
     if turn.completion_id is not None:
         record = records[turn.completion_id]
         stats.turns_from_store += 1
-        return _TurnTokens(
+        tokens = _TurnTokens(
             list(record.prompt_ids),
             list(record.completion_ids),
             list(record.logprobs),
             turn.completion_id,
             record.temperature,
         )
-    stats.turns_retokenized += 1
-    return _retokenize(trajectory, turn, tokenizer)
+    else:
+        stats.turns_retokenized += 1
+        prompt = [m.wire() for m in trajectory.histories()[turn.history].messages[: turn.index]]
+        if policy is not None and (size := oversized(prompt, context, policy.token_bytes)) is not None:
+            return _over_context(trajectory, turn, f"its prompt is {size} bytes", policy, stats)
+        tokens = _retokenize(trajectory, turn, tokenizer)
+    length = len(tokens.prompt_ids) + len(tokens.completion)  # the merged sequence's length through this turn
+    if policy is None or context is None or length <= context:
+        return tokens
+    _over_context(trajectory, turn, f"its sequence is {length} tokens", policy, stats)
+    keep = context - len(tokens.prompt_ids)
+    if keep <= 0:
+        return None
+    return _TurnTokens(
+        tokens.prompt_ids, tokens.completion[:keep], tokens.logprobs[:keep], tokens.completion_id, tokens.temperature
+    )
+
+
+def _over_context(trajectory: Trajectory, turn: Turn, size: str, policy: Policy, stats: BuildStats) -> None:
+    """Refuse a turn longer than the context, naming it, or (when asked) count it as truncated."""
+    if not policy.truncate:
+        raise TrainingInputError(
+            f"trajectory {trajectory.id!r}, turn at history {turn.history} message {turn.index}: {size}, over the "
+            f"model's context of {policy.context_tokens} tokens; shorten the conversation, or pass "
+            "TrainConfig(truncate_to_context=True) to train on the part that fits"
+        )
+    stats.turns_truncated += 1
 
 
 def _retokenize(trajectory: Trajectory, turn: Turn, tokenizer: Any) -> _TurnTokens:
@@ -227,8 +289,6 @@ def _retokenize(trajectory: Trajectory, turn: Turn, tokenizer: Any) -> _TurnToke
     response is present (so the prompt is not a prefix), the shared prefix is the prompt. Tokens the
     template appends after the end-of-turn token (a newline) are not trained: a sampler stops there.
     """
-    from art_agents.server.chat_format import render_ids, render_prompt_ids
-
     history = trajectory.histories()[turn.history]
     messages = [m.wire() for m in history.messages]
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,6 +13,7 @@ from art_agents.names import check_safe_name
 from art_agents.server import checkpoints
 from art_agents.server.engine import Engine
 from art_agents.server.errors import ServiceError
+from art_agents.server.folder_lock import FolderInUse, FolderLock, lock_folder
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.token_store import TokenStore
 from art_agents.train_config import ModelConfig
@@ -26,6 +28,7 @@ class ServedModel:
     model_dir: Path
     engine: Engine
     store: TokenStore
+    owner: FolderLock  # this process owns model_dir until close()
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # serialises training and checkpoint deletion
 
     @property
@@ -37,6 +40,18 @@ class ServedModel:
         """What a completion's `model` field answers: `name@step`."""
         return f"{self.info.name}@{self.step}"
 
+    @property
+    def context_tokens(self) -> int | None:
+        """The model's context length (None if its config does not say): no sequence may be longer."""
+        return getattr(self.engine.model.config, "max_position_embeddings", None)
+
+    async def close(self) -> None:
+        try:
+            await self.engine.close()
+            self.store.close()
+        finally:
+            self.owner.release()
+
 
 def check_name(value: str, what: str = "model name") -> str:
     """`check_safe_name`, refused as a 400 (a name becomes a folder name)."""
@@ -47,7 +62,24 @@ def check_name(value: str, what: str = "model name") -> str:
 
 
 def open_served_model(model_dir: Path, request: RegisterRequest) -> ServedModel:
-    """Load the engine and the latest checkpoint of `model_dir`, creating step 0 for a new model."""
+    """Own `model_dir`, load the engine and its latest checkpoint (creating step 0 for a new model).
+
+    A folder another live server owns is a 409 naming that server (see folder_lock.py).
+    """
+    try:
+        owner = lock_folder(model_dir)
+    except FolderInUse as exc:
+        raise ServiceError(409, str(exc)) from exc
+    try:
+        return _open(model_dir, request, owner)
+    except BaseException:
+        owner.release()
+        with contextlib.suppress(OSError):
+            model_dir.rmdir()  # only if the failed open left it empty
+        raise
+
+
+def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> ServedModel:
     meta = model_dir / "model.json"
     if meta.exists():  # the stored registration wins: config is fixed at registration
         request = RegisterRequest.model_validate_json(meta.read_text(encoding="utf-8"))
@@ -73,7 +105,7 @@ def open_served_model(model_dir: Path, request: RegisterRequest) -> ServedModel:
         name=request.name, project=request.project, base_model=request.base_model, step=step, config=request.config
     )
     log.info("serving %s@%d from %s", request.name, step, model_dir)
-    return ServedModel(info=info, model_dir=model_dir, engine=engine, store=store)
+    return ServedModel(info=info, model_dir=model_dir, engine=engine, store=store, owner=owner)
 
 
 def _load_engine(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:

@@ -63,6 +63,8 @@ class ArtService:
             try:
                 request = RegisterRequest.model_validate_json(path.read_text(encoding="utf-8"))
                 await self.register(request)
+            except ServiceError as exc:  # a refusal says why in one line (another server owns the folder, say)
+                log.warning("the model in %s is not served: %s", path.parent, exc.detail)
             except Exception:  # one broken model must not keep the others from being served
                 log.exception("could not reopen the model in %s; it is not served", path.parent)
 
@@ -121,8 +123,7 @@ class ArtService:
 
     async def close(self) -> None:
         for served in self.models.values():
-            await served.engine.close()
-            served.store.close()
+            await served.close()
 
     # --- checkpoints ----------------------------------------------------------------------
 

@@ -131,10 +131,11 @@ class TokenStore:
         self._db.execute("BEGIN")
         try:
             self._db.executemany(f"INSERT INTO tokens ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            if self._db.in_transaction:  # a failed COMMIT (a full disk) may have rolled back already
+                self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
 
     def get(self, completion_id: str) -> TokenRecord | None:
         return self.get_many([completion_id]).get(completion_id)

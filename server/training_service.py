@@ -20,8 +20,9 @@ from typing import Any
 from art_agents.jsonl import write_groups
 from art_agents.names import check_safe_name
 from art_agents.server import checkpoints
-from art_agents.server.errors import ServiceError
+from art_agents.server.errors import ServiceError, describe
 from art_agents.server.memory import trim_heap
+from art_agents.server.sequences import check_unique_completions
 from art_agents.server.served_model import ServedModel
 from art_agents.trajectory import validate_groups
 from art_agents.wire import LogRequest, LogResult, TrainEvent, TrainRequest, TrainResult, split_metrics
@@ -36,11 +37,12 @@ class CheckpointNotSaved(RuntimeError):
 
 
 def check_train_request(request: TrainRequest) -> None:
-    """Refuse empty or malformed groups up front, as a 400 naming the group."""
+    """Refuse empty, malformed or repeated groups up front, as a 400 naming the group or the completion id."""
     if not request.groups:
         raise ServiceError(400, "groups is empty; pass at least one trajectory group to train on")
     try:
         validate_groups(request.groups)
+        check_unique_completions(request.groups)
     except ValueError as exc:
         raise ServiceError(400, str(exc)) from exc
 
@@ -60,7 +62,7 @@ async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn)
         while (item := await events.get()) is not None:
             if isinstance(item, BaseException):
                 if started:
-                    yield TrainEvent(type="error", error=f"{type(item).__name__}: {item}")
+                    yield TrainEvent(type="error", error=describe(item))
                     return
                 raise item
             started = True
@@ -87,7 +89,14 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
             optimizer_state = await asyncio.to_thread(checkpoints.load_optimizer_state, served.model_dir, step)
             trainer = PolicyTrainer(served.engine.model, served.engine.tokenizer, served.store, optimizer_state)
             try:
-                policy = Policy(served.info.name, step, request.config.max_staleness)
+                policy = Policy(
+                    served.info.name,
+                    step,
+                    request.config.max_staleness,
+                    served.context_tokens,
+                    served.engine.longest_token_bytes,
+                    request.config.truncate_to_context,
+                )
                 metrics = await asyncio.to_thread(
                     trainer.train, request.groups, request.config, progress, policy=policy
                 )
@@ -125,6 +134,7 @@ def _commit(
     config = request.config.model_dump(mode="json")
     groups_path = trajectories_path(served.model_dir, "train", step)
     try:
+        checkpoints.refuse_existing(checkpoints.checkpoint_path(served.model_dir, step))  # before writing any of it
         write_groups(groups_path, request.groups)
         path = checkpoints.save_checkpoint(
             served.model_dir, step, served.engine.model, optimizer_state, {"metrics": metrics, "config": config}
@@ -136,7 +146,7 @@ def _commit(
         )
     except Exception as exc:
         failure = f"saving checkpoint {step} failed ({type(exc).__name__}: {exc})"
-        _roll_back(served, step, groups_path, failure)
+        _roll_back(served, step, None if isinstance(exc, checkpoints.CheckpointExists) else groups_path, failure)
         raise CheckpointNotSaved(
             f"{failure}; the trained weights were dropped and the last good checkpoint {step - 1} keeps serving"
         ) from exc
@@ -170,13 +180,15 @@ def record_log(served: ServedModel, request: LogRequest) -> LogResult:
     return LogResult(step=step, split=split, metrics=metrics, path=str(path) if path else None)
 
 
-def _roll_back(served: ServedModel, step: int, groups_path: Path, failure: str) -> None:
-    """Remove what was written for `step` and put checkpoint step-1's adapter weights back in the model."""
+def _roll_back(served: ServedModel, step: int, groups_path: Path | None, failure: str) -> None:
+    """Put checkpoint step-1's adapter weights back in the model and remove what was written for `step`
+    (`groups_path` None: nothing was, and the step's files on disk belong to another writer)."""
     good = step - 1
     try:
         served.engine.load_adapter(checkpoints.checkpoint_path(served.model_dir, good))
-        checkpoints.discard_checkpoint(served.model_dir, step)
-        groups_path.unlink(missing_ok=True)
+        if groups_path is not None:
+            checkpoints.discard_checkpoint(served.model_dir, step)
+            groups_path.unlink(missing_ok=True)
     except Exception as undo:
         raise CheckpointNotSaved(
             f"{failure}, and restoring checkpoint {good} failed too ({type(undo).__name__}: {undo}); the served "
