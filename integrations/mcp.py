@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from art_agents.capture import current_trajectory, record_tool_call
-from art_agents.errors import ArtError
+from art_agents.errors import ArtError, SetupError
 from art_agents.integrations.mcp_tools import (
     all_pages,
     as_text,
@@ -62,6 +62,11 @@ _owners: set[asyncio.Task[None]] = set()  # strong references: a closing owner m
 
 class MCPError(ArtError):
     """An MCP server cannot be started or reached, or went away; the message names the fix."""
+
+
+class MCPUnreachable(MCPError, SetupError):
+    """The server's command is missing or not executable, or its URL refuses: every rollout would hit it, so a
+    gather stops at once instead of counting it."""
 
 
 class MCPSchemaError(MCPError):
@@ -513,14 +518,16 @@ class MCPSession:
             return leaf
         label, command = self.server.label, self.server.command
         if command and isinstance(leaf, FileNotFoundError):
-            return MCPError(
+            return MCPUnreachable(
                 f"MCP server '{label}': command {command[0]!r} not found; install it or check PATH "
                 "(or give the full path of the executable)"
             )
         if command and isinstance(leaf, PermissionError):
-            return MCPError(f"MCP server '{label}': command {command[0]!r} is not executable; check its path and mode")
+            return MCPUnreachable(
+                f"MCP server '{label}': command {command[0]!r} is not executable; check its path and mode"
+            )
         if self.server.url and is_network_error(leaf):
-            return MCPError(
+            return MCPUnreachable(
                 f"MCP server '{label}': cannot connect to {self.server.url} ({describe(leaf)}); check that the "
                 "server is running and that the URL's host, port and path are right"
             )

@@ -26,9 +26,9 @@ from mcp_fixtures import (
 )
 from pydantic import ValidationError
 
-from art_agents import Model, ToolCallRecord, Turn, rollout
-from art_agents.errors import RolloutFailed
-from art_agents.integrations.mcp import MCPError, MCPSchemaError, MCPServer
+from art_agents import Model, ToolCallRecord, Trajectory, TrajectoryGroup, Turn, gather_trajectory_groups, rollout
+from art_agents.errors import RolloutFailed, SetupError
+from art_agents.integrations.mcp import MCPError, MCPSchemaError, MCPServer, MCPUnreachable
 from art_agents.integrations.mcp_tools import openai_names, openai_tool, result_text
 from art_agents.messages import ToolCall
 
@@ -315,6 +315,22 @@ async def test_a_command_that_does_not_exist() -> None:
     with pytest.raises(MCPError, match="command 'no-such-mcp-server' not found; install it or check PATH"):
         async with MCPServer(command=["no-such-mcp-server", "--x"]).session():
             pass
+
+
+async def test_a_missing_command_stops_a_gather_at_once_instead_of_counting_each_rollout() -> None:
+    missing = MCPServer(command=["no-such-mcp-server"])
+
+    async def attempt() -> Trajectory:
+        async with rollout() as traj:
+            async with missing.session():
+                pass
+        return traj
+
+    groups = [TrajectoryGroup(attempt() for _ in range(4)) for _ in range(3)]
+    started = time.monotonic()
+    with pytest.raises(MCPUnreachable, match="command 'no-such-mcp-server' not found") as raised:
+        await gather_trajectory_groups(groups, max_exceptions=100, pbar_desc=None)
+    assert isinstance(raised.value, SetupError) and time.monotonic() - started < 5
 
 
 async def test_a_server_that_exits_before_initializing_shows_its_stderr() -> None:
