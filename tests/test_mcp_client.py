@@ -321,9 +321,8 @@ async def test_a_missing_command_stops_a_gather_at_once_instead_of_counting_each
     missing = MCPServer(command=["no-such-mcp-server"])
 
     async def attempt() -> Trajectory:
-        async with rollout() as traj:
-            async with missing.session():
-                pass
+        async with rollout() as traj, missing.session():
+            pass
         return traj
 
     groups = [TrajectoryGroup(attempt() for _ in range(4)) for _ in range(3)]
