@@ -114,9 +114,7 @@ class PolicyTrainer:
         batches = [_collate(chunk, self._pad_id(), device) for chunk in chunks]
         was_training = self.model.training
         if config.gradient_checkpointing:
-            self.model.base_model.model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
+            _activation_checkpointing(self.model.base_model.model, on=True)
         old = self._no_grad_logprobs(batches) if config.num_iterations > 1 else None
         ref = self._no_grad_logprobs(batches, base=True) if config.beta > 0 else None
         total_work, done = len(sequences) * config.num_iterations, 0
@@ -174,7 +172,7 @@ class PolicyTrainer:
             optimizer.zero_grad(set_to_none=True)
             self.model.train(was_training)
             if config.gradient_checkpointing:
-                self.model.base_model.model.gradient_checkpointing_disable()
+                _activation_checkpointing(self.model.base_model.model, on=False)
         trained = max(totals.tokens, 1)
         metrics = {
             "loss": sums["loss"],
@@ -317,3 +315,16 @@ def _collate(chunk: list[TrainSequence], pad_id: int, device: torch.device) -> d
         "advantages": advantages,
         "trajectory_tokens": torch.tensor([s.trajectory_tokens for s in chunk], dtype=torch.float32, device=device),
     }
+
+
+def _activation_checkpointing(model: Any, *, on: bool) -> None:
+    """Non-reentrant checkpointing on or off; transformers 5 renamed it (the old names warn), 4.x has only those."""
+    if not hasattr(model, "activation_checkpointing_enable"):
+        if on:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_disable()
+    elif on:
+        model.activation_checkpointing_enable({"use_reentrant": False})
+    else:
+        model.activation_checkpointing_disable()
