@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from art_agents.backend import DEFAULT_ART_PATH
+from art_agents.server.quickstart import ROLLOUTS_PER_GROUP
 from art_agents.wire import RegisterRequest
 
 LOOPBACK_NAMES = {"localhost"}
@@ -175,6 +176,9 @@ def quickstart(
     fresh: Annotated[
         bool, typer.Option(help="Delete the quickstart's earlier checkpoints and start at step 0.")
     ] = False,
+    rollouts: Annotated[
+        int, typer.Option(help="Rollouts per prompt each round; more make a round without reward spread rarer.")
+    ] = ROLLOUTS_PER_GROUP,
 ) -> None:
     """Train the tiny model offline on a toy reward and print the reward going up; a rerun continues."""
     from art_agents.cli import run_job
@@ -187,7 +191,7 @@ def quickstart(
         saved = f"checkpoint {step} is saved" if step is not None else "nothing was saved yet"
         return f"{saved} in {model_folder(art_path)}; rerun `art-agents quickstart` to continue"
 
-    run_job(lambda: train_quickstart(steps, art_path, fresh=fresh), interrupted)
+    run_job(lambda: train_quickstart(steps, art_path, fresh=fresh, rollouts=rollouts), interrupted)
 
 
 def register(app: typer.Typer) -> None:

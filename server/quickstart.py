@@ -8,8 +8,9 @@ characters of a short completion that are the letter "a".
 
 from __future__ import annotations
 
+import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,7 +33,9 @@ MAX_TOKENS = 8
 # Rounds in a row without an update (every group scored alike) after which the toy task has converged.
 MAX_ROUNDS_WITHOUT_UPDATE = 3
 # A random tiny model needs a large step size to move in ~20 steps; real models want TrainConfig's defaults.
-TOY_CONFIG = TrainConfig(learning_rate=2e-2, micro_batch_size=24)
+# At 2e-2 the task was solved by step 16 (every rollout all "a", no spread left to train on); at 1e-2 the
+# reward is still rising at step 20 and the first flat rounds come at step 26 or later (LoRA seeds 0-2).
+TOY_CONFIG = TrainConfig(learning_rate=1e-2, micro_batch_size=24)
 # A random model's tied, small-initialised embeddings cap how far attention LoRAs can move its logits (the final
 # norm bounds the hidden state), so the toy run also adapts lm_head; real models learn with the defaults.
 TOY_MODEL_CONFIG = ModelConfig(
@@ -145,11 +148,6 @@ async def train_toy_task(
             step, attempt = (result.step, 0) if trained is not None else (step, attempt + 1)
     finally:
         await client.close()
-    if echo and attempt == MAX_ROUNDS_WITHOUT_UPDATE:
-        print(
-            f"stopped at step {step} of {steps}: {attempt} rounds in a row scored every rollout of a prompt alike, "
-            "so this reward has nothing left to teach"
-        )
     return rounds
 
 
@@ -157,21 +155,64 @@ def model_folder(art_path: Path) -> Path:
     return art_path / PROJECT / "models" / PROJECT
 
 
+@dataclass
+class Stall:
+    """A run that stopped short of its steps: `MAX_ROUNDS_WITHOUT_UPDATE` rounds in a row without reward spread.
+
+    Kept in the model folder, so that a rerun at the same step with no more rollouts (the same seeds, the
+    same flat rounds) says so instead of pretending to train.
+    """
+
+    step: int
+    rollouts: int
+    reward: float
+
+    FILE = "quickstart-stall.json"
+
+    def message(self, steps: int) -> str:
+        return (
+            f"step {self.step} of {steps}: the last {MAX_ROUNDS_WITHOUT_UPDATE} rounds had no reward spread (every "
+            f"rollout of a prompt scored alike; mean reward {self.reward:.3f}), so there is nothing to train on; "
+            f"--fresh starts over, --rollouts {2 * self.rollouts} samples more per prompt"
+        )
+
+    def save(self, folder: Path) -> None:
+        (folder / self.FILE).write_text(json.dumps(asdict(self)), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> Stall | None:
+        path = folder / cls.FILE
+        return cls(**json.loads(path.read_text(encoding="utf-8"))) if path.exists() else None
+
+
 async def train_quickstart(
-    steps: int = 20, art_path: Path = DEFAULT_ART_PATH, *, fresh: bool = False
+    steps: int = 20, art_path: Path = DEFAULT_ART_PATH, *, fresh: bool = False, rollouts: int = ROLLOUTS_PER_GROUP
 ) -> list[ToyRound]:
     """Build the tiny model, serve it with a LocalBackend, train it to checkpoint `steps`.
 
     A rerun continues where the last one stopped (the checkpoints are the state); `fresh=True`
-    deletes the quickstart's model first. Returns the rounds run (none when already at `steps`).
+    deletes the quickstart's model first. Returns the rounds run (none when already at `steps`, or
+    when the last run stalled at this step with at least `rollouts` rollouts per group).
     """
     from art_agents.backend import LocalBackend
     from art_agents.model import TrainableModel
+    from art_agents.server.checkpoints import latest_step
     from art_agents.server.tiny_model import build_tiny_model
 
     folder = model_folder(art_path)
     if fresh and folder.exists():
         shutil.rmtree(folder)
+    first = latest_step(folder) or 0
+    if first >= steps:
+        print(
+            f"the quickstart model is already at step {first} (asked for {steps}) in {folder}; "
+            f"--steps {first + 10} trains further, --fresh starts over, `art-agents report` shows its history"
+        )
+        return []
+    stall = Stall.load(folder)
+    if stall is not None and stall.step == first and rollouts <= stall.rollouts:
+        print(stall.message(steps))
+        return []
     base = art_path / PROJECT / "tiny-model"
     if not (base / "config.json").exists():
         build_tiny_model(base)
@@ -179,21 +220,17 @@ async def train_quickstart(
     try:
         model = TrainableModel(name=PROJECT, project=PROJECT, base_model=str(base.resolve()), config=TOY_MODEL_CONFIG)
         await model.register(backend)
-        first = await model.get_step()
-        if first >= steps:
-            print(
-                f"the quickstart model is already at step {first} (asked for {steps}) in {folder}; "
-                f"--steps {first + 10} trains further, --fresh starts over, `art-agents report` shows its history"
-            )
-            return []
         resumed = f"resuming at step {first}: {steps - first} steps to go (--fresh starts over); " if first else ""
         print(f"{resumed}serving {model.name}@{first} (tiny random model {base}) at {backend.base_url}")
-        print(f"reward = fraction of '{TARGET}' in the reply; {len(PROMPTS)} prompts x {ROLLOUTS_PER_GROUP} rollouts")
-        rounds = await train_toy_task(model, steps)
+        print(f"reward = fraction of '{TARGET}' in the reply; {len(PROMPTS)} prompts x {rollouts} rollouts")
+        rounds = await train_toy_task(model, steps, rollouts=rollouts)
     finally:
         await backend.close()
-    print(
-        f"reward went from {rounds[0].reward:.3f} at step {rounds[0].step} to {rounds[-1].reward:.3f} at step {rounds[-1].step}"
-    )
+    last = rounds[-1]
+    if last.step < steps:
+        stall = Stall(last.step, rollouts, last.reward)
+        stall.save(folder)
+        print(stall.message(steps))
+    print(f"reward went from {rounds[0].reward:.3f} at step {rounds[0].step} to {last.reward:.3f} at step {last.step}")
     print(f"run data (checkpoints, history.jsonl, trajectories): {folder}; `art-agents report` shows it")
     return rounds

@@ -1,5 +1,6 @@
-"""`art-agents quickstart` as a new user runs it: a table whose steps match history.jsonl, a rerun that
-continues to the requested total, `--fresh`, a one-line Ctrl-C, and `art-agents report` finding the run."""
+"""`art-agents quickstart` as a new user runs it: a table whose steps match history.jsonl, the default run
+reaching its 20 steps, a rerun that continues to the requested total or says why it cannot, `--fresh`, a
+one-line Ctrl-C, and `art-agents report` finding the run."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from art_agents.server.quickstart import Stall, model_folder
 
 QUICKSTART = [sys.executable, "-m", "art_agents", "quickstart"]
 
@@ -55,6 +58,39 @@ def test_quickstart_resumes_to_the_requested_total_and_reports_where_its_data_we
     again = run(tmp_path, "--steps", "1", "--fresh")
     assert "resuming" not in again.stdout and "quickstart@0" in again.stdout
     assert len((model_dir / "history.jsonl").read_text().splitlines()) == 1
+
+
+def history_steps(art_path: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (model_folder(art_path) / "history.jsonl").read_text().splitlines()]
+
+
+def test_a_rerun_at_the_step_where_the_last_run_stalled_says_so_and_trains_nothing(tmp_path: Path) -> None:
+    folder = model_folder(tmp_path / ".art")
+    folder.mkdir(parents=True)
+    Stall(step=0, rollouts=8, reward=0.0).save(folder)  # what a run whose first three rounds were flat leaves
+
+    rerun = run(tmp_path)
+    assert rerun.returncode == 0, rerun.stderr
+    assert rerun.stdout.splitlines() == [Stall(0, 8, 0.0).message(20)], rerun.stdout
+    assert "no reward spread" in rerun.stdout and "--rollouts 16" in rerun.stdout
+    assert not (folder / "history.jsonl").exists() and not (tmp_path / ".art" / "quickstart" / "tiny-model").exists()
+
+
+@pytest.mark.slow
+def test_the_default_run_reaches_its_20_steps_and_a_rerun_after_a_stall_says_so(tmp_path: Path) -> None:
+    default = run(tmp_path)
+    assert default.returncode == 0, default.stderr
+    assert history_steps(tmp_path / ".art") == list(range(1, 21)), default.stdout
+    assert "no reward spread (" not in default.stdout and "at step 20" in default.stdout.splitlines()[-2]
+
+    further = run(tmp_path, "--steps", "60")  # the toy task is solved (all "a") long before step 60
+    stalled_at = history_steps(tmp_path / ".art")[-1]
+    assert 20 < stalled_at < 60 and f"step {stalled_at} of 60: the last 3 rounds had no reward spread" in further.stdout
+
+    rerun = run(tmp_path, "--steps", "60")
+    assert rerun.returncode == 0 and len(rerun.stdout.splitlines()) == 1, rerun.stdout
+    assert rerun.stdout.startswith(f"step {stalled_at} of 60:") and "mean reward" in rerun.stdout
+    assert history_steps(tmp_path / ".art")[-1] == stalled_at
 
 
 @pytest.mark.slow
