@@ -197,7 +197,7 @@ class Trajectory(History):
     def finish(self) -> Trajectory:
         """Stamp the end time and re-validate what users may have appended to lists by hand."""
         self.finished_at = time.time()
-        Trajectory.model_validate(self.model_dump())
+        Trajectory.model_validate(self.model_dump(warnings=False))  # validation names what is wrong
         return self
 
     @property

@@ -61,6 +61,7 @@ def processes_using(path: Path) -> list[int]:
 
 
 @pytest.mark.timeout(500)
+@pytest.mark.slow  # a whole run on the tiny model; CI runs it with -m slow
 def test_autorl_runs_survives_sigint_and_sigkill_and_finishes_at_the_right_step(
     tiny_model_path: Path, tmp_path: Path
 ) -> None:

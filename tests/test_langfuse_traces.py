@@ -18,7 +18,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from langchain_core.tools import tool
 from langgraph_agents import add, hermes, tool_call
 from mcp_fixtures import kv_http  # noqa: F401 (a fixture)
 from ruler_fixtures import answer, judge_params, shown
-from scripted_openai import ScriptedOpenAI
+from scripted_openai import QuietHTTPServer, ScriptedOpenAI
 
 from art_agents import Model, ModelConfig, RemoteBackend, TrainableModel, TrajectoryGroup
 from art_agents.capture import record_completion, record_tool_call, rollout
@@ -79,7 +79,7 @@ class LangfuseStandIn:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def __enter__(self) -> LangfuseStandIn:

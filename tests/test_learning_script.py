@@ -93,6 +93,7 @@ def test_paired_t_halfwidth(learning: ModuleType) -> None:
     assert math.isnan(learning.paired_t_halfwidth([0.0], [1.0]))
 
 
+@pytest.mark.slow  # a whole run on the tiny model; CI runs it with -m slow
 def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
     out, scratch = tmp_path / "result.json", tmp_path / "tmp"
     scratch.mkdir()

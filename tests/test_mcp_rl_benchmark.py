@@ -54,6 +54,7 @@ def test_reward_checks_the_final_answer(
     assert bench.reward(scenario, trajectory, shaping=False) == strict
 
 
+@pytest.mark.slow  # a whole run on the tiny model; CI runs it with -m slow
 def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
     out, scratch = tmp_path / "result.json", tmp_path / "tmp"
     scratch.mkdir()

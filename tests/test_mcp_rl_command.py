@@ -58,6 +58,7 @@ def generator_requests(server: ScriptedOpenAI) -> int:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow  # a whole run on the tiny model; CI runs it with -m slow
 def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_path: Path, tmp_path: Path) -> None:
     out = tmp_path / "run"
     env = {**os.environ, "ART_AGENTS_RULER_CACHE": str(tmp_path / "ruler-cache"), "PYTHONUNBUFFERED": "1"}

@@ -14,13 +14,14 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import httpx
 import litellm
 import pytest
 from ruler_fixtures import judge_by_quality, make_group
+from scripted_openai import QuietHTTPServer
 
 from art_agents.ruler import Backoff, RulerError, ruler_score_group
 from art_agents.ruler.llm import retry_after_s
@@ -35,7 +36,7 @@ class FlakyJudge:
         self.script = list(script)
         self.repeat = repeat  # keep answering the first step
         self.arrivals: list[float] = []
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = QuietHTTPServer(("127.0.0.1", 0), self._handler())
 
     def params(self, **extra: Any) -> dict[str, Any]:
         return {

@@ -141,7 +141,7 @@ def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str) 
         beta=settings.get("beta", 0.0), max_completion_length=8, **trl_kwargs,
     )  # fmt: skip
     mine = ours(model, single_turn_sequences(), config, extras)
-    assert float(mine) == pytest.approx(float(reference), abs=1e-5)
+    assert float(mine.detach()) == pytest.approx(float(reference.detach()), abs=1e-5)
     theirs, got = gradients(model, reference), gradients(model, mine)
     assert theirs.keys() == got.keys() and theirs
     assert max(float((theirs[n] - got[n]).abs().max()) for n in theirs) < 1e-5
