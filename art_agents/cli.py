@@ -71,42 +71,21 @@ def load_parts() -> list[str]:
     return missing
 
 
-# The extra that installs each top-level module a command may import lazily.
-EXTRA_OF_MODULE = {
-    **dict.fromkeys(
-        ("torch", "transformers", "peft", "trl", "accelerate", "fastapi", "uvicorn", "tokenizers", "jinja2"), "server"
-    ),
-    **dict.fromkeys(("langgraph", "langchain", "langchain_core", "langchain_openai"), "langgraph"),
-    "litellm": "ruler",
-    "mcp": "mcp",
-    "langfuse": "langfuse",
-    "wandb": "wandb",
-    "matplotlib": "report",
-    "vllm": "vllm",
-    "gguf": "server",
-}
-
-
-def missing_extra(exc: ModuleNotFoundError) -> str | None:
-    """The one line that says which extra installs a module a command needed, or None if none does."""
-    extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
-    if extra is None:
-        return None
-    return (
-        f"error: this command needs the `{extra}` extra ({exc}): pip install 'art-agents[{extra}]' "
-        f"(from a clone: pip install -c constraints.txt -e '.[{extra}]')"
-    )
-
-
 def run() -> None:
+    from art_agents.errors import MissingExtra
+    from art_agents.extras import extra_of, missing_extra
+
     missing = load_parts()
     if missing:
         app.info.epilog = "Not installed: " + "; ".join(missing)
     try:
         app()
-    except ModuleNotFoundError as exc:
-        line = missing_extra(exc)
-        if line is None:
+    except MissingExtra as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    except ModuleNotFoundError as exc:  # an import no command checked for
+        extra = extra_of(exc)
+        if extra is None:
             raise
-        typer.echo(line, err=True)
+        typer.echo(f"error: {missing_extra('this command', extra, exc)}", err=True)
         raise SystemExit(1) from None

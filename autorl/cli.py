@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from art_agents.cli import run_job
+from art_agents.extras import require_extra
 
 if TYPE_CHECKING:
     from art_agents.autorl.run_config import RunConfig
@@ -35,6 +36,14 @@ def _settings(kind: type[C], path: Path | None, flags: dict[str, Any]) -> C:
     except (tomllib.TOMLDecodeError, ValidationError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from exc
+
+
+def _require_extras(settings: RunConfig, purpose: str) -> None:
+    """Before anything starts: LiteLLM for the judge and generator, and the server a LocalBackend runs
+    (only looked up: both are imported later, `litellm` alone takes seconds)."""
+    require_extra("ruler", purpose=purpose, load=False)
+    if settings.base_url is None:
+        require_extra("server", purpose=f"{purpose} (the local server it starts; or set base_url)", load=False)
 
 
 def _run(job: Callable[[], Awaitable[R]], out: Path) -> R:
@@ -98,6 +107,8 @@ def mcp_rl(
         "out": out,
     }
     settings = _settings(MCPRLConfig, config, flags)
+    require_extra("mcp", purpose="art-agents mcp-rl")  # imported: it fails inside the session's own task
+    _require_extras(settings, "art-agents mcp-rl")
     summary = _run(lambda: run_mcp_rl(settings, fresh=fresh, echo=typer.echo), settings.out)
     typer.echo(summary.table())
     typer.echo(f"run folder: {summary.out}")
@@ -158,6 +169,7 @@ def autorl(
         "out": out,
     }
     settings = _settings(AutoRLConfig, config, flags)
+    _require_extras(settings, "art-agents autorl")
     if dry_run:
 
         async def generate() -> None:

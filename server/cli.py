@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from art_agents.backend import DEFAULT_ART_PATH
+from art_agents.extras import require_extra
 from art_agents.wire import RegisterRequest
 
 LOOPBACK_NAMES = {"localhost"}
@@ -70,6 +71,7 @@ def serve(
     vllm_python: VLLMPython = None,
 ) -> None:
     """Serve the OpenAI-compatible API and the training routes."""
+    require_extra("server", purpose="art-agents serve", load=False)
     _use_vllm_python(vllm_python)
     try:
         check_bind(host, api_key)
@@ -126,6 +128,7 @@ def doctor(
     vllm_python: VLLMPython = None,
 ) -> None:
     """Print which engine `engine="auto"` will use and why: CUDA, vLLM and the versions of the stack."""
+    require_extra("server", purpose="art-agents doctor", load=False)
     import importlib.metadata
     import sys
 
@@ -160,6 +163,7 @@ def tiny_model(
     seed: Annotated[int, typer.Option(help="Seed of the random weights (the same seed builds the same model).")] = 0,
 ) -> None:
     """Build the tiny random model + BPE tokenizer + tool-capable chat template used by tests and the quickstart."""
+    require_extra("server", purpose="art-agents tiny-model", load=False)
     from art_agents.server.tiny_model import build_tiny_model
 
     if arch not in ("qwen3", "llama"):
@@ -177,6 +181,7 @@ def quickstart(
     ] = False,
 ) -> None:
     """Train the tiny model offline on a toy reward and print the reward going up; a rerun continues."""
+    require_extra("server", purpose="art-agents quickstart", load=False)
     from art_agents.cli import run_job
     from art_agents.server.quickstart import model_folder, train_quickstart
 

@@ -39,7 +39,7 @@ def test_a_command_whose_extra_is_missing_names_the_extra_in_one_line() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: this command needs the `server` extra (import of uvicorn halted; None in sys.modules): "
+        "error: art-agents serve needs the 'server' extra (No module named 'uvicorn'): "
         "pip install 'art-agents[server]' (from a clone: pip install -c constraints.txt -e '.[server]')"
     ]
 
