@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from art_agents.cli import run_job
+from art_agents.cli import run_job, settings_error
 from art_agents.extras import require_extra
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ def _litellm_params(api_base: str | None, api_key: str | None) -> dict[str, Any]
     return {"api_base": api_base, "api_key": api_key}
 
 
-def _settings(kind: type[C], path: Path | None, flags: dict[str, Any]) -> C:
+def _settings(kind: type[C], path: Path | None, flags: dict[str, Any], command: Callable[..., None]) -> C:
     """The run's settings, or exit 2 naming what is wrong in them."""
     import tomllib
 
@@ -33,8 +33,11 @@ def _settings(kind: type[C], path: Path | None, flags: dict[str, Any]) -> C:
     sys.path[:0] = [str(Path.cwd())] + ([str(path.resolve().parent)] if path else [])  # for --reward modules
     try:
         return kind.load(path, flags)
-    except (tomllib.TOMLDecodeError, ValidationError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+    except tomllib.TOMLDecodeError as exc:
+        typer.echo(f"error: {path}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except ValidationError as exc:
+        typer.echo(f"error: {settings_error(exc, path, command)}", err=True)
         raise typer.Exit(2) from exc
 
 
@@ -106,7 +109,7 @@ def mcp_rl(
         "train": {"learning_rate": learning_rate},
         "out": out,
     }
-    settings = _settings(MCPRLConfig, config, flags)
+    settings = _settings(MCPRLConfig, config, flags, mcp_rl)
     require_extra("mcp", purpose="art-agents mcp-rl")  # imported: it fails inside the session's own task
     _require_extras(settings, "art-agents mcp-rl")
     summary = _run(lambda: run_mcp_rl(settings, fresh=fresh, echo=typer.echo), settings.out)
@@ -168,7 +171,7 @@ def autorl(
         "train": {"learning_rate": learning_rate},
         "out": out,
     }
-    settings = _settings(AutoRLConfig, config, flags)
+    settings = _settings(AutoRLConfig, config, flags, autorl)
     _require_extras(settings, "art-agents autorl")
     if dry_run:
 

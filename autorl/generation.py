@@ -59,7 +59,7 @@ class GenerationError(ArtError):
             if exc.unreachable
             else "Use a stronger generator model or raise max_attempts"
         )
-        return cls(f"generator {exc}\n{fix}; nothing was saved", [*earlier, *exc.calls])
+        return cls(f"generator {exc}. {fix}; nothing was saved", [*earlier, *exc.calls])
 
 
 class Generated(CallTotals, BaseModel, Generic[Item]):
