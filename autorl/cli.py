@@ -13,9 +13,13 @@ from art_agents.cli import run_job, settings_error
 from art_agents.extras import require_extra
 
 if TYPE_CHECKING:
+    from art_agents.autorl.generation import Generation
     from art_agents.autorl.run_config import RunConfig
 
 Opt = typer.Option
+LEARNING_RATE_HELP = (
+    "LoRA learning rate (default 5e-4, TrainConfig's; 1e-4 to 5e-5 for models of billions of parameters)."
+)
 C = TypeVar("C", bound="RunConfig")
 R = TypeVar("R")
 
@@ -76,7 +80,7 @@ def mcp_rl(
     val_scenarios: Annotated[int | None, Opt(help="Held-out scenarios (default 8).")] = None,
     max_turns: Annotated[int | None, Opt(help="Model calls per rollout (default 6).")] = None,
     max_tokens: Annotated[int | None, Opt(help="Tokens per model call (default 256).")] = None,
-    learning_rate: Annotated[float | None, Opt(help="Learning rate (default 1e-4).")] = None,
+    learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default mcp-rl-run).")] = None,
     fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
 ) -> None:
@@ -138,7 +142,7 @@ def autorl(
         int | None, Opt(help="Draws without signal before an input is retired (default 2).")
     ] = None,
     max_tokens: Annotated[int | None, Opt(help="Tokens per answer (default 256).")] = None,
-    learning_rate: Annotated[float | None, Opt(help="Learning rate (default 1e-4).")] = None,
+    learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default autorl-run).")] = None,
     fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
     dry_run: Annotated[
@@ -182,8 +186,7 @@ def autorl(
             typer.echo(f"\n{len(data.pool)} training inputs, e.g.:")
             for item in data.pool[:5]:
                 typer.echo(f"  [difficulty {item.difficulty}] {item.input[:200]}")
-            cost = data.generation.cost_usd if data.generation else 0.0
-            typer.echo(f"\n{len(data.eval_inputs)} held-out inputs. Generator cost so far: ${cost:.4f}.")
+            typer.echo(f"\n{len(data.eval_inputs)} held-out inputs. Generator cost so far: {_cost(data.generation)}.")
             typer.echo("Edit the files above if you like, then run the same command without --dry-run.")
 
         _run(generate, settings.out)
@@ -191,6 +194,14 @@ def autorl(
     summary = _run(lambda: run_autorl(settings, fresh=fresh, echo=typer.echo), settings.out)
     typer.echo(summary.table())
     typer.echo(f"run folder: {summary.out}")
+
+
+def _cost(generation: Generation | None) -> str:
+    if generation is None:
+        return "$0.0000 (nothing was generated)"
+    if not generation.cost_known:
+        return f"unknown (LiteLLM has no price for {generation.generator_model})"
+    return f"${generation.cost_usd:.4f}"
 
 
 def register(app: typer.Typer) -> None:

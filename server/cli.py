@@ -149,7 +149,8 @@ def doctor(
         names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         typer.echo(f"CUDA          {torch.version.cuda}: {names}")
     else:
-        typer.echo(f"CUDA          not available (torch {torch.__version__} built for CUDA {torch.version.cuda})")
+        build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        typer.echo(f"CUDA          not available (torch {torch.__version__}, {build})")
     install = find_vllm()
     found = install.version or install.problem or "not installed"
     typer.echo(f"vLLM          {found} (in {install.python})")

@@ -23,9 +23,12 @@ def autorl(*args: str, cwd: Path | None = None, timeout: float = 120, **env: str
     )  # fmt: skip
 
 
+PROGRESS_BAR = re.compile(r"^[\w ]+: +\d+%\|")  # tqdm's, on stderr while evaluating
+
+
 def one_line_with_log(stderr: str, tmp_path: Path) -> tuple[str, str]:
     """The one error line, and the log it points to (under TMPDIR=tmp_path) with the rest."""
-    (line,) = stderr.splitlines()
+    (line,) = [line for line in stderr.splitlines() if line.strip() and not PROGRESS_BAR.match(line)]
     match = re.search(r"\(details: (.+\.log)\)$", line)
     assert match and Path(match[1]).parent == tmp_path / "art-agents", line
     return line, Path(match[1]).read_text()
@@ -84,6 +87,7 @@ def test_a_generator_that_always_answers_garbage_fails_and_a_rerun_starts_clean(
         dry = autorl(*flags, "--dry-run", "--inputs", "3", "--eval-inputs", "2")
     assert dry.returncode == 0, dry.stderr
     assert "rubric" in dry.stdout and "Translate:" in dry.stdout and "without --dry-run" in dry.stdout
+    assert "Generator cost so far: unknown (LiteLLM has no price for openai/judge)." in dry.stdout
     assert len((out / "inputs.jsonl").read_text().splitlines()) == 3
     assert len((out / "eval.jsonl").read_text().splitlines()) == 2
     assert json.loads((out / "generation.json").read_text())["calls"] == 3 + 3  # the failed attempts stay counted

@@ -44,6 +44,15 @@ def test_a_command_whose_extra_is_missing_names_the_extra_in_one_line() -> None:
     ]
 
 
+def test_doctor_on_a_cpu_only_torch_says_so() -> None:
+    import torch
+
+    result = run_cli("doctor")
+    assert result.returncode == 0, result.stderr
+    if torch.version.cuda is None:  # the CPU wheel the tests install
+        assert "a CPU-only build" in result.stdout and "CUDA None" not in result.stdout
+
+
 def test_serve_names_a_missing_base_model_folder_or_an_offline_hub_in_seconds(tmp_path: Path) -> None:
     alone = run_cli("serve", "--art-path", str(tmp_path), "--model", "m")
     assert alone.returncode == 2 and "--model and --base-model go together" in alone.stderr
