@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from pydantic import ValidationError
 
 import art_agents
 
@@ -45,17 +48,39 @@ def main(
 
 def run_job(job: Callable[[], Awaitable[R]], interrupted: Callable[[], str]) -> R:
     """Run a command's async job: Ctrl-C prints `interrupted()` (what is saved, how to resume) and a
-    known error one line, instead of a traceback through asyncio."""
+    known error one line, instead of a traceback through asyncio. Warnings go to a log file, which
+    also keeps an error's traceback (every attempt of an LLM call, for one); the line points to it."""
     from art_agents.errors import ArtError
+    from art_agents.log_file import CommandLog
 
-    try:
-        return asyncio.run(job())  # type: ignore[arg-type]
-    except KeyboardInterrupt:
-        typer.echo(f"\ninterrupted: {interrupted()}", err=True)
-        raise typer.Exit(130) from None
-    except (ArtError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(1) from exc
+    with CommandLog() as log:
+        try:
+            result = asyncio.run(job())  # type: ignore[arg-type]
+        except KeyboardInterrupt:
+            typer.echo(f"\ninterrupted: {interrupted()}", err=True)
+            raise typer.Exit(130) from None
+        except (ArtError, ValueError) as exc:
+            typer.echo(f"error: {log.error_line(exc)}", err=True)
+            raise typer.Exit(1) from exc
+        if log.written:
+            typer.echo(f"warnings were logged: {log.path}", err=True)
+        return result
+
+
+def settings_error(exc: ValidationError, file: Path | None, command: Callable[..., object] | None = None) -> str:
+    """A settings error in one sentence naming each wrong setting by its flag (if `command` has one) and its
+    place in `file`; pydantic's own text spans lines and links to its docs."""
+    options = inspect.signature(command).parameters if command else {}
+    problems = []
+    for error in exc.errors():
+        leaf = str(error["loc"][-1]) if error["loc"] else ""
+        places = [f"--{leaf.replace('_', '-')}"] if leaf in options else []
+        if file is not None or not places:
+            places.append(f"{'.'.join(map(str, error['loc']))} in {file or 'the settings'}")
+        message = str(error["msg"]).removeprefix("Value error, ")
+        got = "" if error["type"] == "value_error" else f" (got {error.get('input')!r})"
+        problems.append(f"{' or '.join(places)}: {message}{got}")
+    return "; ".join(problems)
 
 
 def load_parts() -> list[str]:
@@ -71,42 +96,21 @@ def load_parts() -> list[str]:
     return missing
 
 
-# The extra that installs each top-level module a command may import lazily.
-EXTRA_OF_MODULE = {
-    **dict.fromkeys(
-        ("torch", "transformers", "peft", "trl", "accelerate", "fastapi", "uvicorn", "tokenizers", "jinja2"), "server"
-    ),
-    **dict.fromkeys(("langgraph", "langchain", "langchain_core", "langchain_openai"), "langgraph"),
-    "litellm": "ruler",
-    "mcp": "mcp",
-    "langfuse": "langfuse",
-    "wandb": "wandb",
-    "matplotlib": "report",
-    "vllm": "vllm",
-    "gguf": "server",
-}
-
-
-def missing_extra(exc: ModuleNotFoundError) -> str | None:
-    """The one line that says which extra installs a module a command needed, or None if none does."""
-    extra = EXTRA_OF_MODULE.get((exc.name or "").split(".")[0])
-    if extra is None:
-        return None
-    return (
-        f"error: this command needs the `{extra}` extra ({exc}): pip install 'art-agents[{extra}]' "
-        f"(from a clone: pip install -c constraints.txt -e '.[{extra}]')"
-    )
-
-
 def run() -> None:
+    from art_agents.errors import MissingExtra
+    from art_agents.extras import extra_of, missing_extra
+
     missing = load_parts()
     if missing:
         app.info.epilog = "Not installed: " + "; ".join(missing)
     try:
         app()
-    except ModuleNotFoundError as exc:
-        line = missing_extra(exc)
-        if line is None:
+    except MissingExtra as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    except ModuleNotFoundError as exc:  # an import no command checked for
+        extra = extra_of(exc)
+        if extra is None:
             raise
-        typer.echo(line, err=True)
+        typer.echo(f"error: {missing_extra('this command', extra, exc)}", err=True)
         raise SystemExit(1) from None

@@ -39,3 +39,7 @@ class ServerError(ArtError):
         super().__init__(f"server answered {status}: {detail}")
         self.status = status
         self.detail = detail
+
+
+class MissingExtra(ArtError, ImportError):
+    """A feature's optional dependencies (a pip extra) are not installed; the one-line message says which."""

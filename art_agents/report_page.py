@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from art_agents.atomic import write_text_atomic
+from art_agents.extras import require_extra
 from art_agents.jsonl import read_groups, read_history
 from art_agents.messages import ChatMessage
 from art_agents.trajectory import RolloutException, ToolCallRecord, Trajectory, TrajectoryGroup, Turn
@@ -181,6 +182,7 @@ def _draw_cost(ax: Axes, train: list[Row]) -> bool:
 
 def _charts(rows: list[Row]) -> str:
     """One PNG per chart that some row has data for; a one-line note for each that none has."""
+    require_extra("report", purpose="the HTML report page")  # its charts
     train = [row for row in rows if not _is_eval(row)]
     evals = [row for row in rows if _is_eval(row)]
     kl = "kl" if _points(train, "kl")[0] else "kl_sampler"

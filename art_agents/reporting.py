@@ -98,20 +98,14 @@ def _models_in(folder: Path | None) -> tuple[list[Path], bool]:
 
 def _write_pages(console: Console, dirs: list[Path], html: Path | None, open_page: bool) -> None:
     """Write each model's page; without matplotlib say which extra draws it (the table is already out)."""
+    from art_agents.errors import MissingExtra
     from art_agents.report_page import write_report
 
     for model_dir in dirs:
         try:
             page = write_report(model_dir, html)
-        except ModuleNotFoundError as exc:
-            if (exc.name or "").split(".")[0] != "matplotlib":
-                raise
-            console.print(
-                "the HTML page needs the `report` extra (matplotlib is not installed): pip install "
-                "'art-agents[report]' (from a clone: pip install -c constraints.txt -e '.[report]')",
-                markup=False,
-                soft_wrap=True,
-            )
+        except MissingExtra as exc:
+            console.print(str(exc), markup=False, soft_wrap=True)
             return
         console.print(f"report: {page}", markup=False, highlight=False, soft_wrap=True)
         if open_page:

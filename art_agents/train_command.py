@@ -18,6 +18,7 @@ def train(
 
     from pydantic import ValidationError
 
+    from art_agents.cli import settings_error
     from art_agents.errors import ArtError
     from art_agents.loop import TrainJob, run_job
 
@@ -25,8 +26,11 @@ def train(
     sys.path[:0] = [str(job_file.resolve().parent), str(Path.cwd())]
     try:
         job = TrainJob.from_file(job_file)
-    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+    except tomllib.TOMLDecodeError as exc:
         typer.echo(f"{job_file}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    except ValidationError as exc:
+        typer.echo(f"error: {settings_error(exc, job_file)}", err=True)
         raise typer.Exit(2) from exc
     try:
         records = asyncio.run(run_job(job))

@@ -9,12 +9,17 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from art_agents.cli import run_job
+from art_agents.cli import run_job, settings_error
+from art_agents.extras import require_extra
 
 if TYPE_CHECKING:
+    from art_agents.autorl.generation import Generation
     from art_agents.autorl.run_config import RunConfig
 
 Opt = typer.Option
+LEARNING_RATE_HELP = (
+    "LoRA learning rate (default 5e-4, TrainConfig's; 1e-4 to 5e-5 for models of billions of parameters)."
+)
 C = TypeVar("C", bound="RunConfig")
 R = TypeVar("R")
 
@@ -23,7 +28,7 @@ def _litellm_params(api_base: str | None, api_key: str | None) -> dict[str, Any]
     return {"api_base": api_base, "api_key": api_key}
 
 
-def _settings(kind: type[C], path: Path | None, flags: dict[str, Any]) -> C:
+def _settings(kind: type[C], path: Path | None, flags: dict[str, Any], command: Callable[..., None]) -> C:
     """The run's settings, or exit 2 naming what is wrong in them."""
     import tomllib
 
@@ -32,9 +37,20 @@ def _settings(kind: type[C], path: Path | None, flags: dict[str, Any]) -> C:
     sys.path[:0] = [str(Path.cwd())] + ([str(path.resolve().parent)] if path else [])  # for --reward modules
     try:
         return kind.load(path, flags)
-    except (tomllib.TOMLDecodeError, ValidationError) as exc:
-        typer.echo(f"error: {exc}", err=True)
+    except tomllib.TOMLDecodeError as exc:
+        typer.echo(f"error: {path}: {exc}", err=True)
         raise typer.Exit(2) from exc
+    except ValidationError as exc:
+        typer.echo(f"error: {settings_error(exc, path, command)}", err=True)
+        raise typer.Exit(2) from exc
+
+
+def _require_extras(settings: RunConfig, purpose: str) -> None:
+    """Before anything starts: LiteLLM for the judge and generator, and the server a LocalBackend runs
+    (only looked up: both are imported later, `litellm` alone takes seconds)."""
+    require_extra("ruler", purpose=purpose, load=False)
+    if settings.base_url is None:
+        require_extra("server", purpose=f"{purpose} (the local server it starts; or set base_url)", load=False)
 
 
 def _run(job: Callable[[], Awaitable[R]], out: Path) -> R:
@@ -64,7 +80,7 @@ def mcp_rl(
     val_scenarios: Annotated[int | None, Opt(help="Held-out scenarios (default 8).")] = None,
     max_turns: Annotated[int | None, Opt(help="Model calls per rollout (default 6).")] = None,
     max_tokens: Annotated[int | None, Opt(help="Tokens per model call (default 256).")] = None,
-    learning_rate: Annotated[float | None, Opt(help="Learning rate (default 1e-4).")] = None,
+    learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default mcp-rl-run).")] = None,
     fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
 ) -> None:
@@ -97,7 +113,9 @@ def mcp_rl(
         "train": {"learning_rate": learning_rate},
         "out": out,
     }
-    settings = _settings(MCPRLConfig, config, flags)
+    settings = _settings(MCPRLConfig, config, flags, mcp_rl)
+    require_extra("mcp", purpose="art-agents mcp-rl")  # imported: it fails inside the session's own task
+    _require_extras(settings, "art-agents mcp-rl")
     summary = _run(lambda: run_mcp_rl(settings, fresh=fresh, echo=typer.echo), settings.out)
     typer.echo(summary.table())
     typer.echo(f"run folder: {summary.out}")
@@ -124,7 +142,7 @@ def autorl(
         int | None, Opt(help="Draws without signal before an input is retired (default 2).")
     ] = None,
     max_tokens: Annotated[int | None, Opt(help="Tokens per answer (default 256).")] = None,
-    learning_rate: Annotated[float | None, Opt(help="Learning rate (default 1e-4).")] = None,
+    learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default autorl-run).")] = None,
     fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
     dry_run: Annotated[
@@ -157,7 +175,8 @@ def autorl(
         "train": {"learning_rate": learning_rate},
         "out": out,
     }
-    settings = _settings(AutoRLConfig, config, flags)
+    settings = _settings(AutoRLConfig, config, flags, autorl)
+    _require_extras(settings, "art-agents autorl")
     if dry_run:
 
         async def generate() -> None:
@@ -167,8 +186,7 @@ def autorl(
             typer.echo(f"\n{len(data.pool)} training inputs, e.g.:")
             for item in data.pool[:5]:
                 typer.echo(f"  [difficulty {item.difficulty}] {item.input[:200]}")
-            cost = data.generation.cost_usd if data.generation else 0.0
-            typer.echo(f"\n{len(data.eval_inputs)} held-out inputs. Generator cost so far: ${cost:.4f}.")
+            typer.echo(f"\n{len(data.eval_inputs)} held-out inputs. Generator cost so far: {_cost(data.generation)}.")
             typer.echo("Edit the files above if you like, then run the same command without --dry-run.")
 
         _run(generate, settings.out)
@@ -176,6 +194,14 @@ def autorl(
     summary = _run(lambda: run_autorl(settings, fresh=fresh, echo=typer.echo), settings.out)
     typer.echo(summary.table())
     typer.echo(f"run folder: {summary.out}")
+
+
+def _cost(generation: Generation | None) -> str:
+    if generation is None:
+        return "$0.0000 (nothing was generated)"
+    if not generation.cost_known:
+        return f"unknown (LiteLLM has no price for {generation.generator_model})"
+    return f"${generation.cost_usd:.4f}"
 
 
 def register(app: typer.Typer) -> None:

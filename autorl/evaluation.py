@@ -34,6 +34,9 @@ class EvalItem(Schema):
     versus_base: Outcome | None = Field(None, description="This answer against the base model's, by the judge.")
 
 
+UNPRICED = "False when LiteLLM has no price for the judge: its cost then counts as 0, which is not what it cost."
+
+
 class VersusBase(Schema):
     """Side-by-side judging of the same held-out inputs: this step's answers against the base model's."""
 
@@ -42,6 +45,7 @@ class VersusBase(Schema):
     ties: int
     win_rate: float = Field(description="(wins + ties / 2) / inputs: 0.5 means no better than the base model.")
     judge_cost_usd: float = 0.0
+    judge_cost_known: bool = Field(True, description=UNPRICED)
 
 
 class EvalReport(Schema):
@@ -53,6 +57,7 @@ class EvalReport(Schema):
     tool_error_rate: float = Field(description="Failed tool calls / tool calls (0 when none were made).")
     tool_calls_per_rollout: float
     judge_cost_usd: float = 0.0
+    judge_cost_known: bool = Field(True, description=UNPRICED)
     versus_base: VersusBase | None = None
     items: list[EvalItem] = Field(default_factory=list)
 
@@ -96,6 +101,7 @@ async def evaluate(
         tool_error_rate=sum(i.tool_errors for i in items) / calls if calls else 0.0,
         tool_calls_per_rollout=calls / count,
         judge_cost_usd=scorer.cost_usd - cost_before,
+        judge_cost_known=scorer.cost_known,
         items=items,
     )
 
@@ -151,6 +157,7 @@ async def compare_with_base(
         ties=counts["tie"],
         win_rate=(counts["win"] + counts["tie"] / 2) / len(ids) if ids else 0.0,
         judge_cost_usd=scorer.cost_usd - cost_before,
+        judge_cost_known=scorer.cost_known,
     )
     items = [item.model_copy(update={"versus_base": outcomes.get(item.id)}) for item in report.items]
     return report.model_copy(update={"versus_base": versus, "items": items})

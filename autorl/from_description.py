@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 from pydantic import Field, field_validator
 
 from art_agents.autorl.curriculum import Curriculum, PoolInput
-from art_agents.autorl.evaluation import EvalReport, compare_with_base, evaluate, saved_evaluation
+from art_agents.autorl.evaluation import UNPRICED, EvalReport, compare_with_base, evaluate, saved_evaluation
 from art_agents.autorl.generation import Generated, Generation, GenerationError
 from art_agents.autorl.run_config import RunConfig, RunSummary, registered_model
 from art_agents.autorl.run_folder import RunFolder
@@ -92,9 +92,11 @@ class StepRow(Schema):
     judge_prompt_tokens: int
     judge_completion_tokens: int
     judge_cost_usd: float
+    judge_cost_known: bool = Field(True, description=UNPRICED)
     generator_prompt_tokens: int
     generator_completion_tokens: int
     generator_cost_usd: float
+    generator_cost_known: bool = Field(True, description="False when LiteLLM has no price for the generator.")
 
 
 class AutoRLSummary(RunSummary):
@@ -329,9 +331,11 @@ class _Run:
             judge_prompt_tokens=int(judge[0]),
             judge_completion_tokens=int(judge[1]),
             judge_cost_usd=judge[2],
+            judge_cost_known=self.scorer.cost_known,
             generator_prompt_tokens=generator.prompt_tokens - generator_before.prompt_tokens,
             generator_completion_tokens=generator.completion_tokens - generator_before.completion_tokens,
             generator_cost_usd=generator.cost_usd - generator_before.cost_usd,
+            generator_cost_known=generator.cost_known,
         )
         self.rows.append(row)
         self.folder.append_jsonl(STEPS_FILE, row)

@@ -30,6 +30,8 @@ from art_agents.ruler.llm import (
 
 Item = TypeVar("Item", bound=BaseModel)
 _WORDS = re.compile(r"[a-z0-9]+")
+_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")  # also inside a token: "25C", "v2", "3.5kg"
+_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")  # also inside a token: "25C", "v2", "3.5kg"
 DEFAULT_SIMILARITY = 0.85
 
 
@@ -57,7 +59,7 @@ class GenerationError(ArtError):
             if exc.unreachable
             else "Use a stronger generator model or raise max_attempts"
         )
-        return cls(f"generator {exc}\n{fix}; nothing was saved", [*earlier, *exc.calls])
+        return cls(f"generator {exc}. {fix}; nothing was saved", [*earlier, *exc.calls])
 
 
 class Generated(CallTotals, BaseModel, Generic[Item]):
@@ -104,11 +106,11 @@ def near_duplicate(a: str, b: str, threshold: float = DEFAULT_SIMILARITY) -> boo
     """Nearly the same words in the same order, and the same numbers.
 
     Case, punctuation and a word or two of padding are ignored; tasks that differ in their values
-    ("12 * 7" and "12 * 9") are different tasks.
+    ("12 * 7" and "12 * 9", "25C" and "95C") are different tasks.
     """
-    left, right = words(a), words(b)
-    if [w for w in left if w.isdigit()] != [w for w in right if w.isdigit()]:
+    if _NUMBERS.findall(a) != _NUMBERS.findall(b):
         return False
+    left, right = words(a), words(b)
     return left == right or SequenceMatcher(None, left, right, autojunk=False).ratio() >= threshold
 
 

@@ -26,7 +26,7 @@ class RunConfig(Schema):
     name: str = "agent"
     project: str = "autorl"
     model: ModelConfig = Field(default_factory=ModelConfig)
-    train: TrainConfig = Field(default_factory=lambda: TrainConfig(learning_rate=1e-4))
+    train: TrainConfig = Field(default_factory=TrainConfig)
     judge_model: str | None = Field(None, description="LiteLLM model string of the RULER judge.")
     judge_params: dict[str, Any] = Field(default_factory=dict, description="Extra LiteLLM keywords (api_base...).")
     generator_model: str | None = Field(None, description="Writes the training data; defaults to the judge model.")

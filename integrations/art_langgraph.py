@@ -23,17 +23,21 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any, ParamSpec, TypeVar, overload
 
-from langchain_core.language_models import BaseChatModel, LanguageModelInput
-from langchain_core.output_parsers.openai_tools import JsonOutputKeyToolsParser, PydanticToolsParser
-from langchain_core.runnables import Runnable
-from langchain_core.utils.function_calling import convert_to_openai_tool
-from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 
 from art_agents.errors import ArtError
-from art_agents.integrations.langgraph import GraphRollout, chat_openai_args
+from art_agents.extras import extra_imports
 from art_agents.model import Model
 from art_agents.trajectory import Trajectory
+
+with extra_imports("langgraph", purpose="art_agents.langgraph"):
+    from langchain_core.language_models import BaseChatModel, LanguageModelInput
+    from langchain_core.output_parsers.openai_tools import JsonOutputKeyToolsParser, PydanticToolsParser
+    from langchain_core.runnables import Runnable
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langchain_openai import ChatOpenAI
+
+    from art_agents.integrations.langgraph import GraphRollout, chat_openai_args
 
 __all__ = ["init_chat_model", "wrap_rollout"]
 

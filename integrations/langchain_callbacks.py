@@ -21,14 +21,16 @@ from contextvars import ContextVar
 from typing import Any
 from uuid import UUID
 
-from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import BaseMessage, ToolMessage, convert_to_openai_messages
-from langchain_core.outputs import LLMResult
-from langchain_core.tracers.context import register_configure_hook
-
 from art_agents.capture import record_completion, record_tool_call, record_tool_result
+from art_agents.extras import extra_imports
 from art_agents.messages import ChatMessage, as_messages
 from art_agents.trajectory import ToolCallRecord, Trajectory, Turn
+
+with extra_imports("langgraph", purpose="art_agents.integrations.langgraph"):
+    from langchain_core.callbacks import BaseCallbackHandler
+    from langchain_core.messages import BaseMessage, ToolMessage, convert_to_openai_messages
+    from langchain_core.outputs import LLMResult
+    from langchain_core.tracers.context import register_configure_hook
 
 active_handler: ContextVar[CaptureHandler | None] = ContextVar("art_agents_langchain_handler", default=None)
 register_configure_hook(active_handler, inheritable=True)

@@ -30,6 +30,7 @@ from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from art_agents.capture import current_trajectory, record_tool_call
 from art_agents.errors import ArtError, SetupError
+from art_agents.extras import require_extra
 from art_agents.integrations.mcp_tools import (
     all_pages,
     as_text,
@@ -208,6 +209,7 @@ class MCPSession:
     @classmethod
     async def open(cls, server: MCPServer) -> MCPSession:
         """Start the server (or connect), initialize and list its tools, within `connect_timeout_s`."""
+        require_extra("mcp", purpose="MCPServer.session()")  # else the import fails unseen, in the owner task
         session = cls(server)
         # an empty context: the owner outlives the rollout that opened it and must not carry its trajectory
         task = asyncio.create_task(session._own(), name=f"mcp:{server.label}", context=contextvars.Context())

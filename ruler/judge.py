@@ -46,7 +46,7 @@ class RulerError(ArtError):
             if exc.unreachable
             else "Use a stronger judge, raise max_attempts, or pass swallow_exceptions=True to drop such groups"
         )
-        return cls(f"judge {exc}\n{fix}")
+        return cls(f"judge {exc}. {fix}")
 
 
 class InvalidJudgement(InvalidAnswer):

@@ -89,9 +89,11 @@ class NoValidAnswer(ArtError):
     """Every attempt failed; `calls` says what each one got."""
 
     def __init__(self, model: str, calls: list[LLMCall]) -> None:
-        history = "\n".join(f"  attempt {c.attempt}: {c.problem}" for c in calls)
         what = "could not be reached" if self.unreachable_in(calls) else "gave no usable answer"
-        super().__init__(f"{model!r} {what} in {len(calls)} attempts:\n{history}")
+        last = " ".join(str(calls[-1].problem).split()) if calls else "no attempt made"
+        super().__init__(f"{model!r} {what} in {len(calls)} attempts (last: {last})")  # one line, for the CLI
+        for call in calls:  # every attempt, in the traceback a log file keeps
+            self.add_note(f"attempt {call.attempt}: {call.problem}")
         self.calls = calls
 
     @property
@@ -126,9 +128,16 @@ def validation_problems(exc: ValidationError, root: str = "answer") -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc'])) or root}: {e['msg']}" for e in exc.errors())
 
 
-def retryable_errors() -> tuple[type[BaseException], ...]:
+def import_litellm() -> Any:
+    """LiteLLM without its "Give Feedback / Get Help" banners on stdout: our errors already name the fix."""
     import litellm
 
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def retryable_errors() -> tuple[type[BaseException], ...]:
+    litellm = import_litellm()
     return (
         litellm.Timeout,
         litellm.APIConnectionError,
@@ -203,8 +212,7 @@ def _cost(response: Any) -> float | None:
     if "response_cost" in hidden:  # computed by LiteLLM during the call; None when it has no price
         cost = hidden["response_cost"]
         return None if cost is None else float(cost)
-    import litellm
-
+    litellm = import_litellm()
     try:
         return float(litellm.completion_cost(completion_response=response))
     except Exception:  # LiteLLM raises for unpriced models; the cost is then unknown, not an error
@@ -243,8 +251,7 @@ async def ask_until_valid(
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-    import litellm
-
+    litellm = import_litellm()
     params: dict[str, Any] = {"num_retries": 0, "max_retries": 0, **(litellm_params or {})}
     if response_format is not None:
         params["response_format"] = response_format

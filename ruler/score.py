@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from art_agents.extras import require_extra
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import JudgeCall, Judgement, JudgeScore, judge
 from art_agents.ruler.llm import DEFAULT_BACKOFF, Backoff, CallTotals
@@ -193,6 +194,7 @@ async def ruler_score_group(
     its total). With `swallow_exceptions=True` a group the judge cannot score is dropped (None) and
     logged, instead of raising. Only the main history of each trajectory is shown to the judge.
     """
+    require_extra("ruler", purpose="ruler_score_group", load=False)  # never a "dropped group" with swallow_exceptions
     if group.pending:
         raise ValueError("group still has unfinished rollouts; `await` it (or score it in gather's after_each) first")
     if not group.trajectories:

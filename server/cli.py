@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from art_agents.backend import DEFAULT_ART_PATH
+from art_agents.extras import require_extra
 from art_agents.server.quickstart import ROLLOUTS_PER_GROUP
 from art_agents.wire import RegisterRequest
 
@@ -71,6 +72,7 @@ def serve(
     vllm_python: VLLMPython = None,
 ) -> None:
     """Serve the OpenAI-compatible API and the training routes."""
+    require_extra("server", purpose="art-agents serve", load=False)
     _use_vllm_python(vllm_python)
     try:
         check_bind(host, api_key)
@@ -127,6 +129,7 @@ def doctor(
     vllm_python: VLLMPython = None,
 ) -> None:
     """Print which engine `engine="auto"` will use and why: CUDA, vLLM and the versions of the stack."""
+    require_extra("server", purpose="art-agents doctor", load=False)
     import importlib.metadata
     import sys
 
@@ -147,7 +150,8 @@ def doctor(
         names = ", ".join(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
         typer.echo(f"CUDA          {torch.version.cuda}: {names}")
     else:
-        typer.echo(f"CUDA          not available (torch {torch.__version__} built for CUDA {torch.version.cuda})")
+        build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+        typer.echo(f"CUDA          not available (torch {torch.__version__}, {build})")
     install = find_vllm()
     found = install.version or install.problem or "not installed"
     typer.echo(f"vLLM          {found} (in {install.python})")
@@ -161,6 +165,7 @@ def tiny_model(
     seed: Annotated[int, typer.Option(help="Seed of the random weights (the same seed builds the same model).")] = 0,
 ) -> None:
     """Build the tiny random model + BPE tokenizer + tool-capable chat template used by tests and the quickstart."""
+    require_extra("server", purpose="art-agents tiny-model", load=False)
     from art_agents.server.tiny_model import build_tiny_model
 
     if arch not in ("qwen3", "llama"):
@@ -181,6 +186,7 @@ def quickstart(
     ] = ROLLOUTS_PER_GROUP,
 ) -> None:
     """Train the tiny model offline on a toy reward and print the reward going up; a rerun continues."""
+    require_extra("server", purpose="art-agents quickstart", load=False)
     from art_agents.cli import run_job
     from art_agents.server.quickstart import model_folder, train_quickstart
 

@@ -122,5 +122,7 @@ def test_autorl_runs_survives_sigint_and_sigkill_and_finishes_at_the_right_step(
     # the scripted endpoint bills 10 prompt tokens per call: every train call paid for its judging
     assert all(r["judge_prompt_tokens"] > 0 and r["judge_prompt_tokens"] % 10 == 0 for r in rows)
     assert any(r["generator_prompt_tokens"] == 10 for r in rows)  # the replacement inputs
+    assert not any(r["judge_cost_known"] or r["generator_cost_known"] for r in rows)  # no price, not $0
+    assert summary["after"]["judge_cost_known"] is False and versus["judge_cost_known"] is False
     generation = json.loads((out / "generation.json").read_text())  # a request the kill cut off is not in it
     assert 3 + 1 <= generation["calls"] <= 3 + input_requests(server.requests, steered=True)

@@ -104,6 +104,10 @@ def test_near_duplicates_ignore_case_punctuation_and_padding_not_values() -> Non
     assert near_duplicate("Add 12 and 30, then double it.", "Add 12 and 30 then double it please")
     assert not near_duplicate("What time is it in Tokyo?", "What time is it in Paris?")
     assert not near_duplicate("What is 12 * 7?", "What is 12 * 9?")  # other values, another task
+    weather = "It is {} outside today, so tell me what I should wear for a long walk in the city"
+    assert not near_duplicate(weather.format("25C"), weather.format("95C"))  # a value stuck to its unit
+    assert not near_duplicate(weather.format("2.5mm of rain"), weather.format("2.9mm of rain"))
+    assert near_duplicate(weather.format("25C"), weather.format("25C,"))
 
 
 def _kw(server: ScriptedOpenAI) -> dict[str, Any]:

@@ -75,6 +75,7 @@ async def test_a_pairwise_judge_that_favours_a_position_cannot_favour_a_model(sc
     shown_first = [r["messages"][1]["content"].split("Answer 1:\n")[1].split("\n")[0] for r in scripted.requests]
     assert sum(text == "new" for text in shown_first) == versus.wins
     assert scorer.prompt_tokens == 12 * 10 and versus.judge_cost_usd == 0.0
+    assert versus.judge_cost_known is False  # the scripted judge has no price: 0.0 is not what it cost
     assert {item.versus_base for item in report.items} == {"win", "loss"}
 
 

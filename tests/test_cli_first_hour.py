@@ -39,9 +39,18 @@ def test_a_command_whose_extra_is_missing_names_the_extra_in_one_line() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        "error: this command needs the `server` extra (import of uvicorn halted; None in sys.modules): "
+        "error: art-agents serve needs the 'server' extra (No module named 'uvicorn'): "
         "pip install 'art-agents[server]' (from a clone: pip install -c constraints.txt -e '.[server]')"
     ]
+
+
+def test_doctor_on_a_cpu_only_torch_says_so() -> None:
+    import torch
+
+    result = run_cli("doctor")
+    assert result.returncode == 0, result.stderr
+    if torch.version.cuda is None:  # the CPU wheel the tests install
+        assert "a CPU-only build" in result.stdout and "CUDA None" not in result.stdout
 
 
 def test_serve_names_a_missing_base_model_folder_or_an_offline_hub_in_seconds(tmp_path: Path) -> None:

@@ -127,6 +127,7 @@ def test_mcp_rl_needs_a_server_and_a_scorer(tmp_path: Path) -> None:
 
 def test_a_toml_config_with_flags_over_it(tmp_path: Path) -> None:
     from art_agents.autorl.mcp_rl import MCPRLConfig
+    from art_agents.train_config import TrainConfig
 
     path = tmp_path / "run.toml"
     path.write_text(
@@ -140,4 +141,5 @@ def test_a_toml_config_with_flags_over_it(tmp_path: Path) -> None:
     assert config.train.learning_rate == 2e-4 and config.out == tmp_path / "runs" / "a"
     assert config.judge_params == {"api_base": "http://127.0.0.1:9/v1", "api_key": "k"}
     plain = MCPRLConfig.load(None, {"server": "x", "base_model": "m", "train": {"learning_rate": None}})
-    assert plain.train.learning_rate == 1e-4 and plain.out == Path("mcp-rl-run")  # defaults survive empty tables
+    assert plain.train.learning_rate == TrainConfig().learning_rate == 5e-4  # the library default: one to document
+    assert plain.out == Path("mcp-rl-run")  # defaults survive empty tables

@@ -236,7 +236,8 @@ def test_without_matplotlib_the_table_is_printed_and_one_line_names_the_extra(
     assert "report/agent" in result.output and "reward_mean" in result.output  # the table
     lines = [line for line in result.output.splitlines() if "art-agents[report]" in line]
     assert lines == [
-        "the HTML page needs the `report` extra (matplotlib is not installed): pip install 'art-agents[report]' "
+        "the HTML report page needs the 'report' extra (import of matplotlib halted; None in sys.modules): "
+        "pip install 'art-agents[report]' "
         "(from a clone: pip install -c constraints.txt -e '.[report]')"
     ]
     assert not out.exists()

@@ -51,8 +51,11 @@ async def test_exhausted_attempts_raise_a_clear_error(scripted: ScriptedOpenAI) 
     with pytest.raises(RulerError) as error:
         await ruler_score_group(make_group([0.1, 0.6, 0.3]), max_attempts=3, **judge_params(scripted))
     message = str(error.value)
-    assert "'openai/judge' gave no usable answer in 3 attempts" in message
-    assert message.count("trajectory t2 has score 6.0, outside the range [0, 1]") == 3 and "attempt 3:" in message
+    assert "'openai/judge' gave no usable answer in 3 attempts (last: " in message and "\n" not in message
+    assert "trajectory t2 has score 6.0, outside the range [0, 1]" in message
+    attempts = error.value.__cause__.__notes__  # every attempt, printed under the traceback
+    assert [note.split(":")[0] for note in attempts] == ["attempt 1", "attempt 2", "attempt 3"]
+    assert all("trajectory t2 has score 6.0, outside the range [0, 1]" in note for note in attempts)
     assert "swallow_exceptions=True" in message
     assert len(scripted.requests) == 3
 
