@@ -245,7 +245,9 @@ class RemoteBackend:
         reporters.send(
             model.reporters, StepRecord("train", result.step, groups, result.metrics, started_at, time.time())
         )
-        if verbose:
+        if verbose and result.skipped:
+            print(f"{model.name} trained nothing (no group had a reward spread); step {result.step} still serves")
+        elif verbose:
             shown = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("reward_mean", "loss"))
             print(f"{model.name} now serves step {result.step}" + (f" ({shown})" if shown else ""))
         return result

@@ -106,7 +106,8 @@ def reward_stats(groups: list[TrajectoryGroup]) -> dict[str, float]:
 
     `reward_std` spreads over all rewards, `reward_std_within_group` is the mean std inside groups of two or
     more (what GRPO learns from), `exception_rate` the share of rollouts that raised, `judge_cost_usd` the
-    sum of RULER's per-trajectory cost shares (a group's shares sum to its cost).
+    sum of RULER's per-trajectory cost shares (a group's shares sum to its cost), left out when a judged
+    trajectory has no cost (LiteLLM had no price for its judge) rather than undercounted.
     """
     trajectories = [t for g in groups for t in g.trajectories]
     exceptions = sum(len(g.exceptions) for g in groups)
@@ -119,9 +120,9 @@ def reward_stats(groups: list[TrajectoryGroup]) -> dict[str, float]:
         stats["reward_mean"] = sum(rewards) / len(rewards)
         stats["reward_std"] = _std(rewards)
         stats["reward_std_within_group"] = sum(spreads) / len(spreads) if spreads else 0.0
-    costs = [float(t.metrics["ruler_cost_usd"]) for t in trajectories if "ruler_cost_usd" in t.metrics]
-    if costs:
-        stats["judge_cost_usd"] = sum(costs)
+    judged = [t for t in trajectories if "ruler_score" in t.metrics or "ruler_cost_usd" in t.metrics]
+    if judged and all("ruler_cost_usd" in t.metrics for t in judged):
+        stats["judge_cost_usd"] = sum(float(t.metrics["ruler_cost_usd"]) for t in judged)
     return stats
 
 
@@ -137,6 +138,10 @@ class TrainRequest(Schema):
 
 class TrainResult(Schema):
     step: int = Field(description="The step now served.")
+    skipped: bool = Field(
+        False,
+        description="No group had a reward spread, so nothing trained: no checkpoint, no history row, `step` unchanged.",
+    )
     metrics: dict[str, float] = Field(default_factory=dict)
     config: TrainConfig
 

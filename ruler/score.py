@@ -229,7 +229,8 @@ def _apply(group: TrajectoryGroup, result: RulerResult, judge_model: str) -> Tra
         score = result.scores[index]
         trajectory.metrics.setdefault("independent_reward", trajectory.reward)  # a re-score keeps the first
         trajectory.metrics["ruler_score"] = score
-        trajectory.metrics["ruler_cost_usd"] = result.cost_usd / count
+        if result.cost_known:  # an unpriced judge has no cost to report, not a cost of 0
+            trajectory.metrics["ruler_cost_usd"] = result.cost_usd / count
         trajectory.metrics["ruler_prompt_tokens"] = result.prompt_tokens / count
         trajectory.metrics["ruler_completion_tokens"] = result.completion_tokens / count
         trajectory.metrics["ruler_judge_calls"] = sum(not c.cached for c in result.calls)

@@ -108,7 +108,7 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
                 step = served.engine.step = step + 1
             metrics = {**metrics, "step": float(step)}
         log.info("%s trained: step %d %s", served.info.name, step, json.dumps(metrics))
-        result = TrainResult(step=step, metrics=metrics, config=request.config)
+        result = TrainResult(step=step, skipped=bool(metrics.get("skipped")), metrics=metrics, config=request.config)
         events.put_nowait(TrainEvent(type="result", result=result))
     except TrainingInputError as exc:
         events.put_nowait(ServiceError(400, str(exc)))

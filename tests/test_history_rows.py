@@ -106,3 +106,26 @@ async def test_two_train_steps_write_rows_with_every_named_field(tmp_path: Path,
     assert val["step"] == 2 and val["metrics"]["val/exception_rate"] == 0.25
     assert val["metrics"]["val/judge_cost_usd"] == train_rows[1]["metrics"]["judge_cost_usd"]
     assert (model_dir / "trajectories" / "val" / "0002.jsonl").exists()
+
+
+async def test_a_train_call_without_reward_spread_says_it_skipped_and_writes_no_row(
+    tmp_path: Path, tiny_model_path: Path
+) -> None:
+    backend = LocalBackend(path=tmp_path / ".art", in_process=True)
+    model = art.TrainableModel(
+        name="flat", project="history", base_model=str(tiny_model_path), config=TOY_MODEL_CONFIG, report_to=[]
+    )
+    await model.register(backend)
+    try:
+        groups = await art.gather_trajectory_groups(
+            [art.TrajectoryGroup(rollout(model, 1, fail=False) for _ in range(3))], pbar_desc=None
+        )  # every reward is the default 0.0: nothing for GRPO to learn from
+        result = await model.train(groups, progress=False)
+        assert result.skipped and result.step == 0 and result.metrics["groups_skipped_zero_variance"] == 1
+        assert await model.get_step() == 0
+    finally:
+        await backend.close()
+    model_dir = tmp_path / ".art" / "history" / "models" / "flat"
+    history = model_dir / "history.jsonl"
+    assert not history.exists() or not history.read_text().strip()
+    assert not (model_dir / "checkpoints" / "0001").exists()

@@ -21,6 +21,7 @@ from scripted_openai import ScriptedOpenAI
 
 from art_agents import Trajectory, TrajectoryGroup, gather_trajectory_groups
 from art_agents.ruler import ruler, ruler_score_group
+from art_agents.wire import reward_stats
 
 
 async def test_scores_land_on_the_right_trajectories_across_shuffled_passes(scripted: ScriptedOpenAI) -> None:
@@ -92,6 +93,8 @@ async def test_tokens_and_cost_per_call() -> None:
     assert [c["attempt"] for c in summary["calls"]] == [1]
     assert sum(t.metrics["ruler_cost_usd"] for t in priced.trajectories) == pytest.approx(summary["cost_usd"])
     assert unpriced.metadata["ruler"]["cost_usd"] == 0.0 and not unpriced.metadata["ruler"]["cost_known"]
+    assert not any("ruler_cost_usd" in t.metrics for t in unpriced.trajectories)  # unknown, not $0
+    assert "judge_cost_usd" in reward_stats([priced]) and "judge_cost_usd" not in reward_stats([priced, unpriced])
 
 
 async def test_cache_hits_on_rerun_and_misses_on_a_new_rubric(scripted: ScriptedOpenAI, tmp_path: Path) -> None:
