@@ -260,7 +260,11 @@ class TrajectoryGroup(Schema):
         """Run the rollouts; one that raises is kept in `exceptions`, unless its error would stop every
         rollout (see `art_agents.fatal`): that one is raised at once and the others are cancelled."""
         pending, self._pending = self._pending, []
-        for result in await gather_or_cancel(_settle(item) for item in pending):
+        try:
+            results = await gather_or_cancel(_settle(item) for item in pending)
+        finally:  # cancelled before some started (Ctrl-C, say): close those, so none is left never awaited
+            close_unstarted(pending)
+        for result in results:
             if isinstance(result, Trajectory):
                 self.trajectories.append(result)
             else:

@@ -110,6 +110,19 @@ async def test_going_over_the_budget_cancels_the_other_rollouts() -> None:
     assert cancelled.is_set()
 
 
+async def test_a_gather_cancelled_at_any_point_leaves_no_rollout_never_awaited() -> None:
+    import gc
+
+    for ticks in range(1, 6):  # cancel while and after the groups hand their rollouts to tasks (Ctrl-C, say)
+        gather = asyncio.ensure_future(gather_trajectory_groups(groups(0), pbar_desc=None))
+        for _ in range(ticks):
+            await asyncio.sleep(0)
+        gather.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gather
+        gc.collect()  # a coroutine never awaited warns when it is collected: here, inside this test
+
+
 async def test_the_message_counts_every_finished_failure_and_advises_by_cause() -> None:
     with pytest.raises(TooManyExceptions, match=r"^(\d+) of \1 finished rollouts raised \(8 in all\)") as raised:
         await gather_trajectory_groups(groups(8), max_exceptions=1, pbar_desc=None)

@@ -105,6 +105,8 @@ def test_ctrl_c_prints_one_line_saying_what_is_saved_and_leaves_no_server(tmp_pa
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130
-    (message,) = err.strip().splitlines()
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    message = lines[0]
     assert message.startswith("interrupted: checkpoint ") and "rerun `art-agents quickstart` to continue" in message
     assert not server_processes(tmp_path / ".art")
