@@ -1,0 +1,122 @@
+"""Supervised fine-tuning on the tiny model: assistant-only masks, falling loss, the SFT'd adapter served as
+`name@N+1`, one lineage with RL steps, and bad input refused without losing the served checkpoint."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import art_agents as art
+from art_agents.errors import ServerError
+from art_agents.local import LocalBackend
+from art_agents.server.quickstart import TOY_MODEL_CONFIG
+from art_agents.server.sequences import Policy, TrainingInputError, sft_sequences
+from art_agents.server.token_store import TokenStore
+
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    },
+}
+CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}
+REPLY = "Zorbia's capital is Quuxtown."
+
+
+def tool_conversation() -> art.Trajectory:
+    return art.Trajectory(
+        messages_and_choices=[
+            {"role": "system", "content": "You add numbers with the tool."},
+            {"role": "user", "content": "What is 2+2?"},
+            {"role": "assistant", "content": "", "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "c1", "content": "4"},
+            {"role": "assistant", "content": "It is 4."},
+        ],
+        tools=[ADD_TOOL],
+    )
+
+
+def demonstration(question: str = "What is the capital of Zorbia?", reply: str = REPLY) -> art.Trajectory:
+    return art.Trajectory(
+        messages_and_choices=[{"role": "user", "content": question}, {"role": "assistant", "content": reply}]
+    )
+
+
+@pytest.mark.parametrize(("last_only", "trained"), [(False, ["tool_call", "It is 4."]), (True, ["It is 4."])])
+def test_only_assistant_tokens_carry_loss(
+    tokenizer: Any, store: TokenStore, last_only: bool, trained: list[str]
+) -> None:
+    sequences, stats = sft_sequences([tool_conversation()], store, tokenizer, Policy("m", 0), last_only)
+    header = tokenizer.encode("<|im_start|>assistant\n")
+    assert stats.turns_retokenized == len(trained) and len(sequences) == len(trained)
+    for sequence, expected in zip(sequences, trained, strict=True):
+        ids = sequence.token_ids
+        starts = [i for i in range(len(ids)) if ids[i : i + len(header)] == header]
+        reply_start = starts[-1] + len(header)  # the reply: everything after the last assistant header
+        assert sequence.mask == [i >= reply_start for i in range(len(ids))]  # token by token
+        reply = tokenizer.decode(ids[reply_start:])
+        assert expected in reply and reply.endswith("<|im_end|>")
+        context = tokenizer.decode(ids[:reply_start])
+        assert "What is 2+2?" in context and "Add two integers." in context  # the prompt and the tools: no loss
+    if not last_only:
+        assert "<tool_response>\n4\n</tool_response>" in tokenizer.decode(sequences[1].token_ids)  # result masked
+
+
+def test_a_trajectory_without_an_assistant_reply_is_named(tokenizer: Any, store: TokenStore) -> None:
+    question = art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}])
+    with pytest.raises(TrainingInputError, match=r"trajectories\[1\].*no assistant message.*add the reply"):
+        sft_sequences([demonstration(), question], store, tokenizer, Policy("m", 0))
+
+
+@pytest.fixture(scope="module")
+async def backend(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[LocalBackend]:
+    backend = LocalBackend(path=tmp_path_factory.mktemp("sft") / ".art", in_process=True)
+    yield backend
+    await backend.close()
+
+
+async def registered(backend: LocalBackend, name: str, tiny_model_path: Path) -> art.TrainableModel:
+    model = art.TrainableModel(
+        name=name, project="sft", base_model=str(tiny_model_path), config=TOY_MODEL_CONFIG, report_to=[]
+    )
+    await model.register(backend)
+    return model
+
+
+def history(backend: LocalBackend, name: str) -> list[dict[str, Any]]:
+    lines = (backend.path / "sft" / "models" / name / "history.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
+
+
+async def greedy(model: art.TrainableModel, question: str, max_tokens: int) -> tuple[str, str]:
+    completion = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(),
+        messages=[{"role": "user", "content": question}],
+        temperature=0,
+        max_tokens=max_tokens,
+    )
+    return completion.model, completion.choices[0].message.content or ""
+
+
+async def test_sft_memorises_a_reply_that_the_next_step_serves(backend: LocalBackend, tiny_model_path: Path) -> None:
+    model = await registered(backend, "memo", tiny_model_path)
+    demos = [demonstration(), demonstration("Name Zorbia's capital.")]
+    losses = []
+    for _ in range(3):
+        result = await model.train_sft(demos, art.TrainSFTConfig(learning_rate=1e-2, batch_size=1), progress=False)
+        losses.append(result.metrics["loss"])
+    assert losses[0] > losses[1] > losses[2]  # the loss on the demonstrations falls call after call
+    result = await model.train_sft(demos, art.TrainSFTConfig(learning_rate=1e-2, epochs=300), progress=False)
+    assert result.step == 4 and result.metrics["optimizer_steps"] == 300 and result.metrics["turns_retokenized"] == 2
+    assert result.metrics["loss_last"] < 0.05
+    served, text = await greedy(model, "What is the capital of Zorbia?", 48)
+    assert served == "memo@4" and text.endswith(REPLY)  # after the template's empty <think></think>
+    rows = history(backend, "memo")
+    assert [(row["step"], row["kind"]) for row in rows] == [(n, "sft") for n in (1, 2, 3, 4)]
+    assert rows[0]["metrics"]["learning_rate"] == 1e-2 and rows[0]["metrics"]["tokens_trained"] > 0
