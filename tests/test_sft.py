@@ -120,3 +120,54 @@ async def test_sft_memorises_a_reply_that_the_next_step_serves(backend: LocalBac
     rows = history(backend, "memo")
     assert [(row["step"], row["kind"]) for row in rows] == [(n, "sft") for n in (1, 2, 3, 4)]
     assert rows[0]["metrics"]["learning_rate"] == 1e-2 and rows[0]["metrics"]["tokens_trained"] > 0
+
+
+async def test_sft_then_rl_then_sft_is_one_lineage(backend: LocalBackend, tiny_model_path: Path) -> None:
+    model = await registered(backend, "mixed", tiny_model_path)
+    assert (await model.train_sft([demonstration()], art.TrainSFTConfig(learning_rate=1e-3))).step == 1
+
+    async def rollout(reward: float) -> art.Trajectory:
+        trajectory = art.Trajectory(messages_and_choices=[{"role": "user", "content": "Say hi."}], reward=reward)
+        completion = await model.openai_client().chat.completions.create(
+            model=model.get_inference_name(), messages=trajectory.messages(), max_tokens=6
+        )
+        trajectory.messages_and_choices.append(completion.choices[0])
+        return trajectory
+
+    group = art.TrajectoryGroup([await rollout(0.0), await rollout(1.0)])
+    assert (await model.train([group], progress=False)).step == 2
+    best = group.trajectories[1]  # sampled by this server at step 1: SFT trains on its stored tokens
+    result = await model.train_sft([best], art.TrainSFTConfig(learning_rate=1e-3, train_on="last_assistant"))
+    assert result.step == 3 and result.metrics["turns_from_store"] == 1 and result.metrics["turns_retokenized"] == 0
+    assert [(row["step"], row["kind"]) for row in history(backend, "mixed")] == [(1, "sft"), (2, "rl"), (3, "sft")]
+    served, _ = await greedy(model, "Say hi.", 4)
+    assert served == "mixed@3"
+
+
+@pytest.mark.parametrize(
+    ("trajectories", "config", "named"),
+    [
+        ([], {}, "trajectories is empty; pass at least one trajectory"),
+        (
+            [demonstration(), art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}])],
+            {},
+            r"trajectories\[1\] .*no assistant message",
+        ),
+        ([demonstration(reply="ab " * 5000)], {}, r"over the model's context of 4096 tokens.*truncate_to_context=True"),
+        (
+            [demonstration()] * 2,
+            {"learning_rate": [1e-4] * 3, "batch_size": 1},
+            "lists 3 rates but this call has 2 batches",
+        ),
+    ],
+    ids=["empty", "no-assistant", "over-context", "schedule-length"],
+)
+async def test_bad_input_is_a_400_and_the_last_checkpoint_keeps_serving(
+    backend: LocalBackend, tiny_model_path: Path, trajectories: list[art.Trajectory], config: dict, named: str
+) -> None:
+    model = await registered(backend, "refused", tiny_model_path)
+    with pytest.raises(ServerError, match=named) as refused:
+        await model.train_sft(trajectories, art.TrainSFTConfig(**config), progress=False)
+    assert refused.value.status == 400
+    assert await model.get_step() == 0 and (await greedy(model, "hi", 2))[0] == "refused@0"
+    assert not (backend.path / "sft" / "models" / "refused" / "history.jsonl").exists()
