@@ -224,8 +224,8 @@ class TrainSFTConfig(Schema):
     @model_validator(mode="after")
     def _positive(self) -> TrainSFTConfig:
         rates = self.learning_rate if isinstance(self.learning_rate, list) else [self.learning_rate]
-        if not rates or any(rate <= 0 for rate in rates):
-            raise ValueError("learning_rate must be a positive number or a non-empty list of positive numbers")
+        if not rates or any(rate < 0 for rate in rates):  # a decayed schedule ends at 0
+            raise ValueError("learning_rate must be a number >= 0 or a non-empty list of them")
         if self.batch_size != "auto" and self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1 or 'auto', got {self.batch_size}")
         return self

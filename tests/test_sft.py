@@ -16,6 +16,7 @@ from art_agents.local import LocalBackend
 from art_agents.server.quickstart import TOY_MODEL_CONFIG
 from art_agents.server.sequences import Policy, TrainingInputError, sft_sequences
 from art_agents.server.token_store import TokenStore
+from art_agents.utils.sft import create_lr_schedule, create_sft_dataset_iterator, iterate_file, train_sft_from_file
 
 ADD_TOOL = {
     "type": "function",
@@ -171,3 +172,67 @@ async def test_bad_input_is_a_400_and_the_last_checkpoint_keeps_serving(
     assert refused.value.status == 400
     assert await model.get_step() == 0 and (await greedy(model, "hi", 2))[0] == "refused@0"
     assert not (backend.path / "sft" / "models" / "refused" / "history.jsonl").exists()
+
+
+def test_lr_schedules_warm_up_then_decay() -> None:
+    assert create_lr_schedule(5, 1.0, "linear", warmup_steps=2) == [0.5, 1.0, 1.0, 0.5, 0.0]
+    assert create_lr_schedule(3, 1.0, "cosine") == pytest.approx([1.0, 0.5, 0.0])
+    assert create_lr_schedule(3, 2.0, "constant", warmup_steps=1, min_lr=1.0) == [2.0, 2.0, 2.0]
+    with pytest.raises(ValueError, match="unknown schedule method 'step'; use"):
+        create_lr_schedule(3, 1.0, "step")  # type: ignore[arg-type]
+
+
+def test_dataset_iterator_slices_one_schedule_over_chunks() -> None:
+    demos = [demonstration(f"q{i}") for i in range(5)]
+    chunks = list(create_sft_dataset_iterator(demos, chunk_size=2, epochs=2, batch_size=2, show_progress=False))
+    assert [(len(c.trajectories), c.step, c.epoch, c.epoch_step) for c in chunks] == [
+        (4, 0, 0, 0),
+        (1, 2, 0, 2),
+        (4, 3, 1, 0),
+        (1, 5, 1, 2),
+    ]
+    rates = [rate for c in chunks for rate in c.config.learning_rate]  # type: ignore[union-attr]
+    assert rates == create_lr_schedule(6, 2e-4, "linear", warmup_steps=0)
+    for chunk in chunks:  # each chunk's schedule fits its call: one rate per batch
+        assert chunk.config.learning_rates(len(chunk.config.batches(len(chunk.trajectories))))
+    again = list(create_sft_dataset_iterator(demos, chunk_size=2, epochs=2, batch_size=2, show_progress=False))
+    assert [t.id for c in again for t in c.trajectories] == [t.id for c in chunks for t in c.trajectories]
+    resumed = list(create_sft_dataset_iterator(demos, 2, 2, 2, initial_step=2, show_progress=False))
+    assert [c.step for c in resumed] == [2, 3, 5]  # resumes at the chunk holding batch 2
+
+
+def write_conversations(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_iterate_file_reads_conversations_with_tools_and_names_bad_lines(tmp_path: Path) -> None:
+    conversation = tool_conversation()
+    line = json.dumps({"messages": conversation.messages(), "tools": conversation.tools})
+    path = write_conversations(
+        tmp_path / "demos.jsonl", [line, "", json.dumps({"messages": demonstration().messages()})]
+    )
+    read = list(iterate_file(path, epochs=2, seed=1))
+    assert len(read) == 4 and sum(t.tools == [ADD_TOOL] for t in read) == 2
+    assert all(t.messages()[2]["tool_calls"][0]["function"]["name"] == "add" for t in read if t.tools)
+    assert len(list(iterate_file(path, epochs=2, initial_skip=3))) == 1
+    bad = write_conversations(tmp_path / "bad.jsonl", [line, line, '{"messages": [{"role": "user"'])
+    with pytest.raises(ValueError, match=r"bad.jsonl:3: not a conversation .*each line must be a JSON object"):
+        list(iterate_file(bad))
+    with pytest.raises(ValueError, match=r"empty.jsonl holds no conversations; write one"):
+        list(iterate_file(write_conversations(tmp_path / "empty.jsonl", [""])))
+
+
+async def test_train_sft_from_file_commits_one_step(
+    backend: LocalBackend, tiny_model_path: Path, tmp_path: Path
+) -> None:
+    model = await registered(backend, "fromfile", tiny_model_path)
+    conversation = tool_conversation()
+    lines = [json.dumps({"messages": conversation.messages(), "tools": conversation.tools})] * 3
+    await train_sft_from_file(model, write_conversations(tmp_path / "d.jsonl", lines), epochs=2, batch_size=2)
+    row = history(backend, "fromfile")[-1]
+    assert row["step"] == 1 and row["kind"] == "sft" and row["metrics"]["optimizer_steps"] == 3
+    assert row["metrics"]["turns_retokenized"] == 12  # two assistant turns in each of 3 x 2 trajectories
+    with pytest.raises(ValueError, match="holds no conversations"):
+        await train_sft_from_file(model, write_conversations(tmp_path / "e.jsonl", []))
+    assert await model.get_step() == 1
