@@ -166,12 +166,14 @@ def sft_sequences(
     """Sequences whose trained tokens are the assistant replies of `trajectories` (sequence.trajectory is the index).
 
     Every assistant message trains (or each trajectory's last, `last_only`): one this server sampled for `policy`
-    on its stored tokens, any other (a teacher's, a file's) re-tokenized through the chat template with the
-    history's tools. Non-assistant tokens are masked as in RL.
+    (its completion id is in `store`) on its stored tokens, any other (a teacher's, a file's) re-tokenized through
+    the chat template with the history's tools. Non-assistant tokens are masked as in RL.
     """
+    ids = [turn.completion_id for trajectory in trajectories for turn in trajectory.turns if policy.owns(turn)]
+    stored = set(store.get_many([cid for cid in ids if cid is not None]))
     demonstrations = []
     for t, trajectory in enumerate(trajectories):
-        turns = _assistant_turns(trajectory, policy)
+        turns = _assistant_turns(trajectory, policy, stored)
         if not turns:
             raise TrainingInputError(
                 f"trajectories[{t}] (id {trajectory.id!r}) has no assistant message to learn from; add the reply to "
@@ -181,9 +183,9 @@ def sft_sequences(
     return build_sequences([TrajectoryGroup(demonstrations)], store, tokenizer, policy=policy)
 
 
-def _assistant_turns(trajectory: Trajectory, policy: Policy) -> list[Turn]:
+def _assistant_turns(trajectory: Trajectory, policy: Policy, stored: set[str]) -> list[Turn]:
     """A turn per assistant message: the recorded one where this policy sampled it, else one to re-tokenize."""
-    sampled = {(t.history, t.index): t for t in trajectory.turns if t.completion_id is not None and policy.owns(t)}
+    sampled = {(t.history, t.index): t for t in trajectory.turns if t.completion_id in stored and policy.owns(t)}
     return [
         sampled.get((h, i), Turn(history=h, index=i))
         for h, history in enumerate(trajectory.histories())

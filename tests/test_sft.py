@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from scripted_openai import ScriptedOpenAI
 
 import art_agents as art
+from art_agents.distill import keep_best
 from art_agents.errors import ServerError
 from art_agents.local import LocalBackend
 from art_agents.server.quickstart import TOY_MODEL_CONFIG
@@ -236,3 +238,46 @@ async def test_train_sft_from_file_commits_one_step(
     with pytest.raises(ValueError, match="holds no conversations"):
         await train_sft_from_file(model, write_conversations(tmp_path / "e.jsonl", []))
     assert await model.get_step() == 1
+
+
+async def test_distilling_a_teachers_best_answers_teaches_the_student(
+    backend: LocalBackend, tiny_model_path: Path
+) -> None:
+    calls = iter(range(100))
+
+    def teacher_reply(body: dict[str, Any]) -> str:  # right every other call, so rejection sampling has work to do
+        a, b = (int(x) for x in body["messages"][-1]["content"][8:-1].split("+"))
+        return f"The answer is {a + b}." if next(calls) % 2 else "Maybe 5."
+
+    async def rollout(model: art.Model, a: int, b: int) -> art.Trajectory:
+        trajectory = art.Trajectory(messages_and_choices=[{"role": "user", "content": f"What is {a}+{b}?"}])
+        completion = await model.openai_client().chat.completions.create(
+            model=model.get_inference_name(), messages=trajectory.messages(), max_tokens=48, temperature=0
+        )
+        trajectory.messages_and_choices.append(completion.choices[0])
+        trajectory.reward = float(str(a + b) in (completion.choices[0].message.content or ""))
+        return trajectory
+
+    student = await registered(backend, "student", tiny_model_path)
+    with ScriptedOpenAI() as endpoint:
+        endpoint.default = teacher_reply
+        teacher = art.Model(name="teacher", inference_base_url=endpoint.base_url, inference_api_key="sk-test")
+        groups = await art.gather_trajectory_groups(
+            (art.TrajectoryGroup(rollout(teacher, a, b) for _ in range(2)) for a, b in [(3, 4), (2, 6)]),
+            pbar_desc=None,
+        )
+    best = keep_best(groups, min_reward=1.0)
+    assert sorted(t.messages()[-1]["content"] for t in best) == ["The answer is 7.", "The answer is 8."]
+    result = await student.train_sft(best, art.TrainSFTConfig(learning_rate=1e-2, epochs=300), progress=False)
+    assert result.metrics["turns_retokenized"] == 2 and result.metrics["turns_from_store"] == 0
+    distilled = await rollout(student, 3, 4)
+    assert distilled.messages()[-1]["content"].endswith("The answer is 7.") and distilled.reward == 1.0
+
+
+def test_keep_best_keeps_rewarded_rollouts_best_first() -> None:
+    def rewarded(reward: float, failed: bool = False) -> art.Trajectory:
+        return art.Trajectory(messages_and_choices=[], reward=reward, failed=failed)
+
+    groups = [art.TrajectoryGroup([rewarded(0.5), rewarded(0.9), rewarded(1.0, failed=True), rewarded(0.7)])]
+    assert [t.reward for t in keep_best(groups, 0.6)] == [0.9, 0.7]
+    assert [t.reward for t in keep_best(groups, 0.6, per_group=1)] == [0.9]
