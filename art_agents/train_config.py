@@ -207,7 +207,7 @@ class TrainSFTConfig(Schema):
     batch_size: int | Literal["auto"] = Field(
         "auto", description="Trajectories per optimizer step; 'auto' (ART's default) is all of them in one step."
     )
-    epochs: int = Field(1, ge=1, description="Passes over the trajectories in this call.")
+    epochs: int = Field(1, ge=1, le=10000, description="Passes over the trajectories in this call.")
     shuffle: bool = Field(False, description="Shuffle the trajectories before each epoch (seeded by `seed + epoch`).")
     seed: int = 0
     train_on: Literal["all_assistant", "last_assistant"] = Field(

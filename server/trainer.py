@@ -119,6 +119,11 @@ class PolicyTrainer:
             of.setdefault(sequence.trajectory, []).append(sequence)
         batches = [[s for t in indices for s in of.get(t, [])] for indices in config.batches(len(trajectories))]
         rates = config.learning_rates(len(batches))
+        if not any(s.trained_tokens for s in sequences):
+            raise TrainingInputError(
+                "no assistant token is left to train on: every reply was cut at the context; shorten the "
+                "conversations or drop truncate_to_context"
+            )
         metrics: dict[str, float] = {
             "trajectories": float(len(trajectories)),
             "sequences": float(len(sequences)),

@@ -158,12 +158,17 @@ async def test_sft_then_rl_then_sft_is_one_lineage(backend: LocalBackend, tiny_m
         ),
         ([demonstration(reply="ab " * 5000)], {}, r"over the model's context of 4096 tokens.*truncate_to_context=True"),
         (
+            [demonstration(question="ab " * 5000)],
+            {"truncate_to_context": True},
+            "no assistant token is left to train on: every reply was cut at the context",
+        ),
+        (
             [demonstration()] * 2,
             {"learning_rate": [1e-4] * 3, "batch_size": 1},
             "lists 3 rates but this call has 2 batches",
         ),
     ],
-    ids=["empty", "no-assistant", "over-context", "schedule-length"],
+    ids=["empty", "no-assistant", "over-context", "truncated-to-nothing", "schedule-length"],
 )
 async def test_bad_input_is_a_400_and_the_last_checkpoint_keeps_serving(
     backend: LocalBackend, tiny_model_path: Path, trajectories: list[art.Trajectory], config: dict, named: str
