@@ -286,3 +286,32 @@ def test_keep_best_keeps_rewarded_rollouts_best_first() -> None:
     groups = [art.TrajectoryGroup([rewarded(0.5), rewarded(0.9), rewarded(1.0, failed=True), rewarded(0.7)])]
     assert [t.reward for t in keep_best(groups, 0.6)] == [0.9, 0.7]
     assert [t.reward for t in keep_best(groups, 0.6, per_group=1)] == [0.9]
+
+
+async def test_a_failed_sft_checkpoint_rolls_back_to_the_last_good_step(
+    backend: LocalBackend, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from art_agents.server import checkpoints
+
+    model = await registered(backend, "rollback", tiny_model_path)
+
+    async def logprobs() -> tuple[str, list[float]]:
+        answer = await model.openai_client().chat.completions.create(
+            model=model.get_inference_name(), messages=[{"role": "user", "content": "hi"}], max_tokens=6, temperature=0
+        )
+        return answer.model, [t.logprob for t in answer.choices[0].logprobs.content]
+
+    def full_disk(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    before = await logprobs()
+    config = art.TrainSFTConfig(learning_rate=1e-2, epochs=3)
+    with monkeypatch.context() as patch:
+        patch.setattr(checkpoints, "save_checkpoint", full_disk)
+        with pytest.raises(art.ArtError, match=r"saving checkpoint 1 failed.*last good checkpoint 0 keeps serving"):
+            await model.train_sft([demonstration()], config, progress=False)
+    assert await model.get_step() == 0 and await logprobs() == before  # checkpoint 0's weights, not the trained ones
+    assert not (backend.path / "sft" / "models" / "rollback" / "history.jsonl").exists()
+    assert (await model.train_sft([demonstration()], config, progress=False)).step == 1
+    served, trained = await logprobs()
+    assert served == "rollback@1" and trained != before[1]
