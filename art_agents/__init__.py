@@ -8,7 +8,7 @@ from art_agents.gather import gather_trajectories, gather_trajectory_groups
 from art_agents.jsonl import read_groups, write_groups
 from art_agents.messages import ChatMessage
 from art_agents.model import Model, TrainableModel
-from art_agents.train_config import ModelConfig, TrainConfig
+from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
 from art_agents.trajectory import History, RolloutException, ToolCallRecord, Trajectory, TrajectoryGroup, Turn
 from art_agents.utils import retry
 from art_agents.wire import TrainResult
@@ -32,6 +32,7 @@ __all__ = [
     "ToolCallRecord",
     "TrainConfig",
     "TrainResult",
+    "TrainSFTConfig",
     "TrainableModel",
     "Trajectory",
     "TrajectoryGroup",

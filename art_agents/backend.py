@@ -24,8 +24,8 @@ from art_agents import reporters
 from art_agents.errors import ArtError, ServerError
 from art_agents.progress import progress_bar
 from art_agents.reporters import StepRecord
-from art_agents.train_config import TrainConfig
-from art_agents.trajectory import TrajectoryGroup, validate_groups
+from art_agents.train_config import TrainConfig, TrainSFTConfig
+from art_agents.trajectory import Trajectory, TrajectoryGroup, validate_groups
 from art_agents.wire import (
     API_PREFIX,
     CheckpointInfo,
@@ -38,6 +38,9 @@ from art_agents.wire import (
     TrainEvent,
     TrainRequest,
     TrainResult,
+    TrainSFTEvent,
+    TrainSFTRequest,
+    TrainSFTResult,
 )
 
 # Where every command keeps its server folder unless told otherwise, so `art-agents report` finds it.
@@ -132,6 +135,15 @@ class Backend(Protocol):
         _config: Mapping[str, Any] | None = None,
         verbose: bool = False,
     ) -> TrainResult: ...
+    async def train_sft(
+        self,
+        model: TrainableModel,
+        trajectories: list[Trajectory],
+        config: TrainSFTConfig | None = None,
+        *,
+        progress: bool = True,
+        verbose: bool = False,
+    ) -> TrainSFTResult: ...
     async def log(
         self,
         model: TrainableModel,
@@ -184,20 +196,25 @@ class RemoteBackend:
     async def train_events(
         self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig
     ) -> AsyncIterator[TrainEvent]:
-        import httpx
 
         body = TrainRequest(groups=groups, config=config).model_dump_json()
-        url = f"{API_PREFIX}/models/{model.name}/train"
+        async for event in self._stream(f"/models/{model.name}/train", body, TrainEvent):
+            yield event
+
+    async def _stream(self, path: str, body: str, event: type[TrainEvent]) -> AsyncIterator[Any]:
+        """The NDJSON events of a train route; a 4xx/5xx before the stream raises ServerError."""
+        import httpx
+
         try:
             async with self._http.stream(
-                "POST", url, content=body, headers={"content-type": "application/json"}
+                "POST", API_PREFIX + path, content=body, headers={"content-type": "application/json"}
             ) as response:
                 if response.status_code >= 400:
                     await response.aread()
                     _raise_for_status(response)
                 async for line in response.aiter_lines():
                     if line.strip():
-                        yield TrainEvent.model_validate_json(line)
+                        yield event.model_validate_json(line)
         except httpx.TransportError as exc:
             raise ArtError(
                 f"the connection to {self.base_url} broke during training ({exc}); the server keeps serving its "
@@ -228,20 +245,8 @@ class RemoteBackend:
             print(
                 f"training {model.name} on {len(groups)} groups ({sum(len(g.trajectories) for g in groups)} rollouts)"
             )
-        result: TrainResult | None = None
         started_at = time.time()
-        with progress_bar(f"train {model.name}", unit="seq", show=progress) as bar:
-            async for event in self.train_events(model, groups, config):
-                if event.type == "error":
-                    raise ArtError(f"training failed on the server: {event.error}")
-                if event.type == "progress":
-                    bar.total = event.total
-                    bar.n = event.done
-                    bar.set_postfix({k: f"{v:.3g}" for k, v in event.metrics.items()}, refresh=True)
-                if event.type == "result":
-                    result = event.result
-        if result is None:
-            raise ArtError("the server closed the train stream without a result; retry the same call")
+        result = await _result_of(self.train_events(model, groups, config), f"train {model.name}", progress)
         reporters.send(
             model.reporters, StepRecord("train", result.step, groups, result.metrics, started_at, time.time())
         )
@@ -250,6 +255,30 @@ class RemoteBackend:
         elif verbose:
             shown = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("reward_mean", "loss"))
             print(f"{model.name} now serves step {result.step}" + (f" ({shown})" if shown else ""))
+        return result
+
+    async def train_sft(
+        self,
+        model: TrainableModel,
+        trajectories: list[Trajectory],
+        config: TrainSFTConfig | None = None,
+        *,
+        progress: bool = True,
+        verbose: bool = False,
+    ) -> TrainSFTResult:
+        """One supervised fine-tuning call on the trajectories' assistant replies; returns once step N+1 serves."""
+        request = TrainSFTRequest(trajectories=trajectories, config=config or TrainSFTConfig())
+        if verbose:
+            print(f"fine-tuning {model.name} on {len(trajectories)} trajectories")
+        started_at = time.time()
+        events = self._stream(f"/models/{model.name}/train_sft", request.model_dump_json(), TrainSFTEvent)
+        result = await _result_of(events, f"train_sft {model.name}", progress)
+        groups = [TrajectoryGroup(trajectories)]
+        reporters.send(
+            model.reporters, StepRecord("train", result.step, groups, result.metrics, started_at, time.time())
+        )
+        if verbose:
+            print(f"{model.name} now serves step {result.step} (sft loss={result.metrics.get('loss', 0.0):.4g})")
         return result
 
     async def log(
@@ -287,6 +316,24 @@ class RemoteBackend:
         for model in self._models.values():
             await asyncio.to_thread(reporters.close, model.reporters)
         await self._http.aclose()
+
+
+async def _result_of(events: AsyncIterator[Any], label: str, progress: bool) -> Any:
+    """The result of a train route's event stream, with a progress bar; an error event raises ArtError."""
+    result = None
+    with progress_bar(label, unit="seq", show=progress) as bar:
+        async for event in events:
+            if event.type == "error":
+                raise ArtError(f"training failed on the server: {event.error}")
+            if event.type == "progress":
+                bar.total = event.total
+                bar.n = event.done
+                bar.set_postfix({k: f"{v:.3g}" for k, v in event.metrics.items()}, refresh=True)
+            if event.type == "result":
+                result = event.result
+    if result is None:
+        raise ArtError("the server closed the train stream without a result; retry the same call")
+    return result
 
 
 def _raise_for_status(response: httpx.Response) -> None:

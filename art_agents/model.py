@@ -21,9 +21,9 @@ from art_agents.errors import ArtError, SetupError
 from art_agents.names import check_safe_name
 from art_agents.reporters import create_reporters, reporter_names
 from art_agents.schema import Schema
-from art_agents.train_config import ModelConfig, TrainConfig
+from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
 from art_agents.trajectory import RolloutException, Trajectory, TrajectoryGroup
-from art_agents.wire import LogResult, TrainResult
+from art_agents.wire import LogResult, TrainResult, TrainSFTResult
 
 if TYPE_CHECKING:
     from langchain_openai import ChatOpenAI
@@ -327,6 +327,22 @@ class TrainableModel(Model):
         if verbose:
             art_options["verbose"] = True
         return await self.backend.train(self, list(groups), config, progress=progress, **art_options)
+
+    async def train_sft(
+        self,
+        trajectories: Iterable[Trajectory],
+        config: TrainSFTConfig | None = None,
+        verbose: bool = False,
+        *,
+        progress: bool = True,
+    ) -> TrainSFTResult:
+        """Supervised fine-tuning (ART's `model.train_sft`): cross-entropy on the trajectories' assistant replies.
+
+        Trains the same LoRA as `train` and commits the next step of the same lineage (`name@N+1`, a history row
+        with `"kind": "sft"`). Turns this server sampled train on their stored tokens; any other reply (a
+        teacher's, a file's) is tokenized with the model's chat template and tools, counted as `turns_retokenized`.
+        """
+        return await self.backend.train_sft(self, list(trajectories), config, progress=progress, verbose=verbose)
 
     async def log(
         self,

@@ -190,3 +190,66 @@ class ModelConfig(Schema):
         if self.engine == "scripted" and self.scripted_responses is None:
             raise ValueError("engine 'scripted' needs scripted_responses")
         return self
+
+
+class TrainSFTConfig(Schema):
+    """Supervised fine-tuning settings for one `train_sft` call (ART's `art.TrainSFTConfig`, and more)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learning_rate: float | list[float] = Field(
+        5e-5,
+        description=(
+            "AdamW learning rate: one number for every batch, or one per batch in order (a schedule such as "
+            "`art_agents.utils.sft.create_lr_schedule` builds), as many as the call has batches."
+        ),
+    )
+    batch_size: int | Literal["auto"] = Field(
+        "auto", description="Trajectories per optimizer step; 'auto' (ART's default) is all of them in one step."
+    )
+    epochs: int = Field(1, ge=1, le=10000, description="Passes over the trajectories in this call.")
+    shuffle: bool = Field(False, description="Shuffle the trajectories before each epoch (seeded by `seed + epoch`).")
+    seed: int = 0
+    train_on: Literal["all_assistant", "last_assistant"] = Field(
+        "all_assistant",
+        description="Which assistant turns carry the loss: every one of each trajectory, or only its last.",
+    )
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass; gradients accumulate.")
+    truncate_to_context: bool = Field(
+        False, description="A conversation longer than the context is refused by name (a 400); True cuts it instead."
+    )
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+
+    @model_validator(mode="after")
+    def _positive(self) -> TrainSFTConfig:
+        rates = self.learning_rate if isinstance(self.learning_rate, list) else [self.learning_rate]
+        if not rates or any(rate < 0 for rate in rates):  # a decayed schedule ends at 0
+            raise ValueError("learning_rate must be a number >= 0 or a non-empty list of them")
+        if self.batch_size != "auto" and self.batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1 or 'auto', got {self.batch_size}")
+        return self
+
+    def batches(self, count: int) -> list[list[int]]:
+        """Trajectory indices of each optimizer step, epoch after epoch (shuffled per epoch when asked)."""
+        import random
+
+        size = count if self.batch_size == "auto" else self.batch_size
+        batches = []
+        for epoch in range(self.epochs):
+            order = list(range(count))
+            if self.shuffle:
+                random.Random(self.seed + epoch).shuffle(order)
+            batches += [order[start : start + size] for start in range(0, count, size)]
+        return batches
+
+    def learning_rates(self, steps: int) -> list[float]:
+        """The learning rate of each of `steps` optimizer steps; a schedule of another length is refused."""
+        if not isinstance(self.learning_rate, list):
+            return [self.learning_rate] * steps
+        if len(self.learning_rate) != steps:
+            raise ValueError(
+                f"learning_rate lists {len(self.learning_rate)} rates but this call has {steps} batches "
+                "(trajectories / batch_size x epochs); give one rate per batch or a single number"
+            )
+        return list(self.learning_rate)

@@ -8,8 +8,8 @@ from typing import Literal
 from pydantic import Field
 
 from art_agents.schema import Schema
-from art_agents.train_config import ModelConfig, TrainConfig
-from art_agents.trajectory import TrajectoryGroup
+from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
+from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 API_PREFIX = "/v1/art"
 
@@ -155,3 +155,22 @@ class TrainEvent(Schema):
     metrics: dict[str, float] = Field(default_factory=dict)
     result: TrainResult | None = None
     error: str | None = None
+
+
+class TrainSFTRequest(Schema):
+    """Demonstrations to imitate: each trajectory's assistant replies are the targets."""
+
+    trajectories: list[Trajectory]
+    config: TrainSFTConfig = Field(default_factory=TrainSFTConfig)
+
+
+class TrainSFTResult(Schema):
+    step: int = Field(description="The step now served (an SFT call always commits one).")
+    metrics: dict[str, float] = Field(default_factory=dict)
+    config: TrainSFTConfig
+
+
+class TrainSFTEvent(TrainEvent):
+    """One NDJSON line of a train_sft response."""
+
+    result: TrainSFTResult | None = None  # type: ignore[assignment]

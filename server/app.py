@@ -276,21 +276,31 @@ def create_app(
 
     @app.post(f"{wire.API_PREFIX}/models/{{name}}/train", response_model=None)
     async def train(name: str, body: wire.TrainRequest) -> StreamingResponse:
-        events = service.train(name, body)
-        first = await anext(events)  # input errors raise here, before any 200 is sent
+        """One GRPO step; NDJSON progress events, then a result or error event."""
+        return await _ndjson(service.train(name, body))
 
-        async def lines() -> AsyncIterator[str]:
-            yield first.model_dump_json() + "\n"
-            async for event in events:
-                yield event.model_dump_json() + "\n"
-
-        return StreamingResponse(lines(), media_type="application/x-ndjson")
+    @app.post(f"{wire.API_PREFIX}/models/{{name}}/train_sft", response_model=None)
+    async def train_sft(name: str, body: wire.TrainSFTRequest) -> StreamingResponse:
+        """One supervised fine-tuning call on demonstrations; the same NDJSON events as train."""
+        return await _ndjson(service.train_sft(name, body))
 
     @app.get(f"{wire.API_PREFIX}/rollouts/{{rollout_id}}")
     async def rollout_calls(rollout_id: str) -> dict[str, int]:
         return {"completions": service.rollouts.get(rollout_id)}
 
     return app
+
+
+async def _ndjson(events: AsyncIterator[wire.TrainEvent]) -> StreamingResponse:
+    """Stream train events as NDJSON; input errors raise from the first event, before any 200 is sent."""
+    first = await anext(events)
+
+    async def lines() -> AsyncIterator[str]:
+        yield first.model_dump_json() + "\n"
+        async for event in events:
+            yield event.model_dump_json() + "\n"
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
 async def _watch_disconnect(request: Request, cancel: threading.Event, every_s: float = 0.25) -> None:

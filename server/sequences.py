@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from art_agents.server.chat_format import oversized, render_ids, render_prompt_ids
+from art_agents.trajectory import TrajectoryGroup, Turn
 
 if TYPE_CHECKING:
     from art_agents.server.token_store import TokenStore
-    from art_agents.trajectory import Trajectory, TrajectoryGroup, Turn
+    from art_agents.trajectory import Trajectory
 
 
 class TrainingInputError(ValueError):
@@ -159,6 +160,40 @@ def build_sequences(
     return sequences, stats
 
 
+def sft_sequences(
+    trajectories: list[Trajectory], store: TokenStore, tokenizer: Any, policy: Policy, last_only: bool = False
+) -> tuple[list[TrainSequence], BuildStats]:
+    """Sequences whose trained tokens are the assistant replies of `trajectories` (sequence.trajectory is the index).
+
+    Every assistant message trains (or each trajectory's last, `last_only`): one this server sampled for `policy`
+    (its completion id is in `store`) on its stored tokens, any other (a teacher's, a file's) re-tokenized through
+    the chat template with the history's tools. Non-assistant tokens are masked as in RL.
+    """
+    ids = [turn.completion_id for trajectory in trajectories for turn in trajectory.turns if policy.owns(turn)]
+    stored = set(store.get_many([cid for cid in ids if cid is not None]))
+    demonstrations = []
+    for t, trajectory in enumerate(trajectories):
+        turns = _assistant_turns(trajectory, policy, stored)
+        if not turns:
+            raise TrainingInputError(
+                f"trajectories[{t}] (id {trajectory.id!r}) has no assistant message to learn from; add the reply to "
+                "imitate as the last message, or drop the trajectory"
+            )
+        demonstrations.append(trajectory.model_copy(update={"turns": turns[-1:] if last_only else turns}))
+    return build_sequences([TrajectoryGroup(demonstrations)], store, tokenizer, policy=policy)
+
+
+def _assistant_turns(trajectory: Trajectory, policy: Policy, stored: set[str]) -> list[Turn]:
+    """A turn per assistant message: the recorded one where this policy sampled it, else one to re-tokenize."""
+    sampled = {(t.history, t.index): t for t in trajectory.turns if t.completion_id in stored and policy.owns(t)}
+    return [
+        sampled.get((h, i), Turn(history=h, index=i))
+        for h, history in enumerate(trajectory.histories())
+        for i, message in enumerate(history.messages)
+        if message.role == "assistant"
+    ]
+
+
 def _stored(store: TokenStore, ids: list[str | None]) -> dict[str, Any]:
     """The token records of `ids`, or a TrainingInputError naming the ones this store does not hold."""
     known = [cid for cid in ids if cid is not None]
@@ -277,7 +312,7 @@ def _over_context(trajectory: Trajectory, turn: Turn, size: str, policy: Policy,
         raise TrainingInputError(
             f"trajectory {trajectory.id!r}, turn at history {turn.history} message {turn.index}: {size}, over the "
             f"model's context of {policy.context_tokens} tokens; shorten the conversation, or pass "
-            "TrainConfig(truncate_to_context=True) to train on the part that fits"
+            "truncate_to_context=True in the train config to train on the part that fits"
         )
     stats.turns_truncated += 1
 

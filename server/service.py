@@ -21,7 +21,7 @@ from art_agents.server.engine import OlderStep
 from art_agents.server.errors import ServiceError
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.served_model import ServedModel, check_name, open_served_model
-from art_agents.server.training_service import record_log, train_events
+from art_agents.server.training_service import record_log, sft_events, train_events
 from art_agents.wire import (
     DEFAULT_BEST_METRIC,
     CheckpointInfo,
@@ -32,6 +32,7 @@ from art_agents.wire import (
     RegisterRequest,
     TrainEvent,
     TrainRequest,
+    TrainSFTRequest,
 )
 
 log = logging.getLogger("art_agents.server")
@@ -201,6 +202,10 @@ class ArtService:
     def train(self, name: str, request: TrainRequest) -> AsyncIterator[TrainEvent]:
         """Progress events, then a result or error event; input errors raise `ServiceError(400)` first."""
         return train_events(self.get(name), request, self._spawn)
+
+    def train_sft(self, name: str, request: TrainSFTRequest) -> AsyncIterator[TrainEvent]:
+        """As `train`, for one supervised fine-tuning call on demonstrations."""
+        return sft_events(self.get(name), request, self._spawn)
 
     def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run `work` as a task that is kept alive even when the response stream that started it closes."""

@@ -17,29 +17,36 @@ adapter or another engine), and `TrainConfig.tis_cap` corrects for it by truncat
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from art_agents.server.advantages import group_advantages
 from art_agents.server.loss import BatchTotals, policy_loss, token_logprobs
-from art_agents.server.sequences import Policy, TrainingInputError, TrainSequence, build_sequences
+from art_agents.server.sequences import (
+    Policy,
+    TrainingInputError,
+    TrainSequence,
+    build_sequences,
+    sft_sequences,
+)
 from art_agents.wire import reward_stats
 
 if TYPE_CHECKING:
     import torch
 
     from art_agents.server.token_store import TokenStore
-    from art_agents.train_config import TrainConfig
-    from art_agents.trajectory import TrajectoryGroup
+    from art_agents.train_config import TrainConfig, TrainSFTConfig
+    from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 Progress = Callable[[int, int, dict[str, float]], None]
 
 
 class PolicyTrainer:
-    """GRPO on the trainable (LoRA) parameters of `peft_model` with torch AdamW."""
+    """GRPO, or supervised fine-tuning, on the trainable (LoRA) parameters of `peft_model` with torch AdamW."""
 
     def __init__(self, peft_model: Any, tokenizer: Any, store: TokenStore, optimizer_state: dict | None = None) -> None:
         from trl.trainer.utils import disable_dropout_in_model
@@ -89,35 +96,106 @@ class PolicyTrainer:
             "grad_norm": 0.0,
         }
         if sequences:
-            snapshot = self._snapshot()
-            try:
-                metrics.update(self._optimize(sequences, config, progress))
-            except BaseException:
-                self._restore(snapshot)
-                raise
-        metrics["train_s"] = time.perf_counter() - started
-        if sequences:
-            metrics["tokens_per_s"] = metrics["tokens_trained"] / metrics["train_s"]
-        return metrics
+            metrics.update(self._restoring(lambda: self._optimize(sequences, config, progress)))
+        return _timed(metrics, started)
+
+    def train_sft(
+        self,
+        trajectories: list[Trajectory],
+        config: TrainSFTConfig,
+        progress: Progress | None = None,
+        *,
+        policy: Policy,
+    ) -> dict[str, float]:
+        """One train_sft call: cross-entropy on the assistant tokens, one optimizer step per batch of trajectories.
+
+        Each batch's loss is the mean over its assistant tokens; the call's `loss` is the mean over its batches.
+        """
+        started = time.perf_counter()
+        last_only = config.train_on == "last_assistant"
+        sequences, stats = sft_sequences(trajectories, self.store, self.tokenizer, policy, last_only)
+        of: dict[int, list[TrainSequence]] = {}
+        for sequence in sequences:
+            of.setdefault(sequence.trajectory, []).append(sequence)
+        batches = [[s for t in indices for s in of.get(t, [])] for indices in config.batches(len(trajectories))]
+        rates = config.learning_rates(len(batches))
+        if not any(s.trained_tokens for s in sequences):
+            raise TrainingInputError(
+                "no assistant token is left to train on: every reply was cut at the context; shorten the "
+                "conversations or drop truncate_to_context"
+            )
+        metrics: dict[str, float] = {
+            "trajectories": float(len(trajectories)),
+            "sequences": float(len(sequences)),
+            "tokens_trained": float(sum(s.trained_tokens for batch in batches for s in batch)),
+            **stats.as_metrics(),
+            "learning_rate": sum(rates) / len(rates),
+            **self._restoring(lambda: self._imitate(batches, rates, config, progress)),
+        }
+        return _timed(metrics, started)
+
+    def _imitate(
+        self, batches: list[list[TrainSequence]], rates: list[float], config: TrainSFTConfig, progress: Progress | None
+    ) -> dict[str, float]:
+        optimizer = self._optimizer_for(rates[0], config.weight_decay)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        total, done = sum(map(len, batches)), 0
+        losses: list[float] = []
+        grad_norm = 0.0
+        with self._updating(optimizer, checkpointing=False):
+            for batch_sequences, rate in zip(batches, rates, strict=True):
+                tokens = sum(s.trained_tokens for s in batch_sequences)
+                if not tokens:  # every reply was truncated away: nothing to imitate in this batch
+                    continue
+                for group in optimizer.param_groups:
+                    group["lr"] = rate
+                loss_sum = 0.0
+                for chunk in _chunks(batch_sequences, config.micro_batch_size):
+                    batch = _collate(chunk, self._pad_id(), params[0].device)
+                    logps, logits = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
+                    del logits
+                    loss = -(logps * batch["mask"]).sum() / tokens
+                    loss.backward()
+                    loss_sum += float(loss.detach())
+                    done += len(chunk)
+                    if progress is not None:
+                        progress(done, total, {"loss": loss_sum})
+                grad_norm = _apply(optimizer, params, loss_sum, config.max_grad_norm, "the SFT loss")
+                losses.append(loss_sum)
+        return {
+            "loss": sum(losses) / len(losses) if losses else 0.0,
+            "loss_first": losses[0] if losses else 0.0,
+            "loss_last": losses[-1] if losses else 0.0,
+            "grad_norm": grad_norm,
+            "optimizer_steps": float(len(losses)),
+        }
 
     def _optimize(
         self, sequences: list[TrainSequence], config: TrainConfig, progress: Progress | None
     ) -> dict[str, float]:
-        import torch
-
-        optimizer = self._optimizer_for(config)
+        optimizer = self._optimizer_for(config.learning_rate, config.weight_decay)
         params = [p for p in self.model.parameters() if p.requires_grad]
         device = params[0].device
         trajectories = {(s.group, s.trajectory) for s in sequences if s.trained_tokens}
         totals = BatchTotals(trajectories=len(trajectories), tokens=sum(s.trained_tokens for s in sequences))
         chunks = _chunks(sequences, config.micro_batch_size, config.micro_batch_tokens)
         batches = [_collate(chunk, self._pad_id(), device) for chunk in chunks]
-        was_training = self.model.training
-        if config.gradient_checkpointing:
-            _activation_checkpointing(self.model.base_model.model, on=True)
+        with self._updating(optimizer, checkpointing=config.gradient_checkpointing):
+            return self._grpo_iterations(optimizer, params, batches, totals, len(sequences), config, progress)
+
+    def _grpo_iterations(
+        self,
+        optimizer: torch.optim.Optimizer,
+        params: list[torch.Tensor],
+        batches: list[dict[str, Any]],
+        totals: BatchTotals,
+        sequences: int,
+        config: TrainConfig,
+        progress: Progress | None,
+    ) -> dict[str, float]:
         old = self._no_grad_logprobs(batches) if config.num_iterations > 1 else None
         ref = self._no_grad_logprobs(batches, base=True) if config.beta > 0 else None
-        total_work, done = len(sequences) * config.num_iterations, 0
+        total_work, done = sequences * config.num_iterations, 0
         sums = {
             "loss": 0.0,
             "clipped_tokens": 0.0,
@@ -128,51 +206,40 @@ class PolicyTrainer:
             "entropy_sum": 0.0,
         }
         grad_norm = 0.0
-        try:
-            self.model.train()
-            for iteration in range(config.num_iterations):
-                optimizer.zero_grad(set_to_none=True)
-                loss_sum = 0.0
-                for b, batch in enumerate(batches):
-                    logps, logits = token_logprobs(
-                        self.model, batch["input_ids"], batch["attention_mask"], batch["temperatures"]
-                    )
-                    old_logps = logps.detach() if old is None else old[b]
-                    if iteration == 0:
-                        self._first_pass_sums(sums, batch, old_logps, logits)
-                    del logits  # not kept through backward: the graph holds only what it needs
-                    loss, batch_sums = policy_loss(
-                        logps,
-                        old_logps,
-                        batch["advantages"],
-                        batch["mask"],
-                        config,
-                        totals,
-                        None if ref is None else ref[b],
-                        trajectory_tokens=batch["trajectory_tokens"],
-                        sampler_logps=batch["sampler_logprobs"],
-                    )
-                    loss.backward()
-                    loss_sum += float(loss.detach())
-                    sums["clipped_tokens"] += batch_sums["clipped_tokens"]
-                    if iteration == 0:
-                        sums["kl_sum"] += batch_sums.get("kl_sum", 0.0)
-                    done += batch["input_ids"].shape[0]
-                    if progress is not None:
-                        progress(done, total_work, {"loss": loss_sum})
-                if not math.isfinite(loss_sum):
-                    raise FloatingPointError(f"GRPO loss is {loss_sum}; lower the learning rate or check the rewards")
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
-                if not math.isfinite(grad_norm):
-                    raise FloatingPointError(f"gradient norm is {grad_norm}; lower the learning rate")
-                optimizer.step()
-                if iteration == 0:
-                    sums["loss"] = loss_sum
-        finally:
+        self.model.train()
+        for iteration in range(config.num_iterations):
             optimizer.zero_grad(set_to_none=True)
-            self.model.train(was_training)
-            if config.gradient_checkpointing:
-                _activation_checkpointing(self.model.base_model.model, on=False)
+            loss_sum = 0.0
+            for b, batch in enumerate(batches):
+                logps, logits = token_logprobs(
+                    self.model, batch["input_ids"], batch["attention_mask"], batch["temperatures"]
+                )
+                old_logps = logps.detach() if old is None else old[b]
+                if iteration == 0:
+                    self._first_pass_sums(sums, batch, old_logps, logits)
+                del logits  # not kept through backward: the graph holds only what it needs
+                loss, batch_sums = policy_loss(
+                    logps,
+                    old_logps,
+                    batch["advantages"],
+                    batch["mask"],
+                    config,
+                    totals,
+                    None if ref is None else ref[b],
+                    trajectory_tokens=batch["trajectory_tokens"],
+                    sampler_logps=batch["sampler_logprobs"],
+                )
+                loss.backward()
+                loss_sum += float(loss.detach())
+                sums["clipped_tokens"] += batch_sums["clipped_tokens"]
+                if iteration == 0:
+                    sums["kl_sum"] += batch_sums.get("kl_sum", 0.0)
+                done += batch["input_ids"].shape[0]
+                if progress is not None:
+                    progress(done, total_work, {"loss": loss_sum})
+            grad_norm = _apply(optimizer, params, loss_sum, config.max_grad_norm, "the GRPO loss")
+            if iteration == 0:
+                sums["loss"] = loss_sum
         trained = max(totals.tokens, 1)
         metrics = {
             "loss": sums["loss"],
@@ -223,20 +290,44 @@ class PolicyTrainer:
                 token_logprobs(self.model, b["input_ids"], b["attention_mask"], b["temperatures"])[0] for b in batches
             ]
 
-    def _optimizer_for(self, config: TrainConfig) -> torch.optim.Optimizer:
+    def _optimizer_for(self, learning_rate: float, weight_decay: float) -> torch.optim.Optimizer:
         import torch
 
         if self._optimizer is None:
             params = [p for p in self.model.parameters() if p.requires_grad]
             if not params:
                 raise RuntimeError("the model has no trainable parameters; is the LoRA adapter active?")
-            self._optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
+            self._optimizer = torch.optim.AdamW(params, lr=learning_rate, weight_decay=weight_decay)
             if self._initial_state:
                 self._optimizer.load_state_dict(self._initial_state)
         for group in self._optimizer.param_groups:  # each call's config wins over the checkpointed one
-            group["lr"] = config.learning_rate
-            group["weight_decay"] = config.weight_decay
+            group["lr"] = learning_rate
+            group["weight_decay"] = weight_decay
         return self._optimizer
+
+    @contextlib.contextmanager
+    def _updating(self, optimizer: torch.optim.Optimizer, *, checkpointing: bool) -> Iterator[None]:
+        """Training mode (and activation checkpointing) for the updates; gradients and modes put back after."""
+        was_training = self.model.training
+        if checkpointing:
+            _activation_checkpointing(self.model.base_model.model, on=True)
+        try:
+            self.model.train()
+            yield
+        finally:
+            optimizer.zero_grad(set_to_none=True)
+            self.model.train(was_training)
+            if checkpointing:
+                _activation_checkpointing(self.model.base_model.model, on=False)
+
+    def _restoring(self, work: Callable[[], dict[str, float]]) -> dict[str, float]:
+        """Run the updates of `work`; if anything fails, the weights and optimizer state are put back."""
+        snapshot = self._snapshot()
+        try:
+            return work()
+        except BaseException:
+            self._restore(snapshot)
+            raise
 
     def _snapshot(self) -> tuple[dict[str, torch.Tensor], dict | None]:
         weights = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
@@ -262,6 +353,29 @@ class PolicyTrainer:
             if candidate is not None:
                 return int(candidate)
         return 0
+
+
+def _apply(
+    optimizer: torch.optim.Optimizer, params: list[torch.Tensor], loss: float, max_grad_norm: float, what: str
+) -> float:
+    """Clip the accumulated gradients and take the optimizer step; returns the gradient norm. Refuses non-finite."""
+    import torch
+
+    if not math.isfinite(loss):
+        raise FloatingPointError(f"{what} is {loss}; lower the learning rate or check the training data")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
+    if not math.isfinite(grad_norm):
+        raise FloatingPointError(f"gradient norm is {grad_norm}; lower the learning rate")
+    optimizer.step()
+    return grad_norm
+
+
+def _timed(metrics: dict[str, float], started: float) -> dict[str, float]:
+    """`metrics` with the call's `train_s` and, when it trained, `tokens_per_s`."""
+    metrics["train_s"] = time.perf_counter() - started
+    if metrics.get("optimizer_steps"):
+        metrics["tokens_per_s"] = metrics["tokens_trained"] / metrics["train_s"]
+    return metrics
 
 
 def _check_groups(groups: list[TrajectoryGroup]) -> None:

@@ -1,4 +1,6 @@
-"""One train call of a served model: pause generation, train in place, commit checkpoint N+1, serve it.
+"""One train call of a served model (an RL step or an SFT call): pause generation, train in place, commit
+checkpoint N+1, serve it. Both kinds share the lock, the pause, the commit and the rollback, so RL and SFT
+steps form one lineage; the history row's `kind` ("rl" or "sft") tells them apart.
 
 The trainer updates the served PEFT model in place while the engine is paused. Checkpoint N+1 is
 the commit: only once it, its trajectories and its history row are on disk does the model serve
@@ -14,8 +16,9 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_agents.jsonl import write_groups
 from art_agents.names import check_safe_name
@@ -24,8 +27,23 @@ from art_agents.server.errors import ServiceError, describe
 from art_agents.server.memory import trim_heap
 from art_agents.server.sequences import check_unique_completions
 from art_agents.server.served_model import ServedModel
-from art_agents.trajectory import validate_groups
-from art_agents.wire import LogRequest, LogResult, TrainEvent, TrainRequest, TrainResult, split_metrics
+from art_agents.trajectory import TrajectoryGroup, validate_groups
+from art_agents.wire import (
+    LogRequest,
+    LogResult,
+    TrainEvent,
+    TrainRequest,
+    TrainResult,
+    TrainSFTEvent,
+    TrainSFTRequest,
+    TrainSFTResult,
+    split_metrics,
+)
+
+if TYPE_CHECKING:
+    from art_agents.schema import Schema
+    from art_agents.server.sequences import Policy
+    from art_agents.server.trainer import PolicyTrainer, Progress
 
 log = logging.getLogger("art_agents.server")
 
@@ -47,22 +65,81 @@ def check_train_request(request: TrainRequest) -> None:
         raise ServiceError(400, str(exc)) from exc
 
 
+def check_sft_request(request: TrainSFTRequest) -> None:
+    """Refuse an empty call or a learning-rate schedule of the wrong length up front, as a 400 saying the fix."""
+    if not request.trajectories:
+        raise ServiceError(400, "trajectories is empty; pass at least one trajectory with an assistant reply")
+    try:
+        request.config.learning_rates(len(request.config.batches(len(request.trajectories))))
+    except ValueError as exc:
+        raise ServiceError(400, str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What differs between an RL step and an SFT call; everything else in `_train` is shared."""
+
+    kind: str  # the history row's "kind"
+    groups: list[TrajectoryGroup]  # written as trajectories/train/<step>.jsonl
+    config: Schema
+    max_staleness: int | None  # None: a stored turn of any age (imitation has no importance ratio)
+    truncate: bool
+    run: Callable[[PolicyTrainer, Policy, Progress], dict[str, float]]
+    event: type[TrainEvent]
+    result: Callable[[int, dict[str, float]], Any]
+
+
 async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn) -> AsyncIterator[TrainEvent]:
-    """Run one train call; yields progress events and then a result (or error) event.
+    """Run one GRPO step; yields progress events and then a result (or error) event (see `_step_events`)."""
+    check_train_request(request)
+    config = request.config
+    step = _Step(
+        "rl",
+        request.groups,
+        config,
+        config.max_staleness,
+        config.truncate_to_context,
+        lambda trainer, policy, progress: trainer.train(request.groups, config, progress, policy=policy),
+        TrainEvent,
+        lambda n, metrics: TrainResult(step=n, skipped=bool(metrics.get("skipped")), metrics=metrics, config=config),
+    )
+    async for event in _step_events(served, step, spawn):
+        yield event
+
+
+async def sft_events(served: ServedModel, request: TrainSFTRequest, spawn: Spawn) -> AsyncIterator[TrainEvent]:
+    """Run one SFT call on the request's demonstrations; the same events as `train_events`."""
+    check_sft_request(request)
+    config = request.config
+    step = _Step(
+        "sft",
+        [TrajectoryGroup(request.trajectories)],
+        config,
+        None,
+        config.truncate_to_context,
+        lambda trainer, policy, progress: trainer.train_sft(request.trajectories, config, progress, policy=policy),
+        TrainSFTEvent,
+        lambda n, metrics: TrainSFTResult(step=n, metrics=metrics, config=config),
+    )
+    async for event in _step_events(served, step, spawn):
+        yield event
+
+
+async def _step_events(served: ServedModel, step: _Step, spawn: Spawn) -> AsyncIterator[TrainEvent]:
+    """Progress events and then a result (or error) event of one step.
 
     Input errors raised before training starts surface as `ServiceError(400)` from the first
     `__anext__`, so the HTTP layer can still answer a 4xx instead of a 200 stream. The step runs in
     a task of its own (`spawn`), so it completes and is saved even if the client hangs up.
     """
-    check_train_request(request)
     events: asyncio.Queue[TrainEvent | BaseException | None] = asyncio.Queue()
-    task = spawn(_train(served, request, events))
+    task = spawn(_train(served, step, events))
     started = False
     try:
         while (item := await events.get()) is not None:
             if isinstance(item, BaseException):
                 if started:
-                    yield TrainEvent(type="error", error=describe(item))
+                    yield step.event(type="error", error=describe(item))
                     return
                 raise item
             started = True
@@ -72,14 +149,14 @@ async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn)
             log.info("train stream of %s closed early; the step still completes and is saved", served.info.name)
 
 
-async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Queue) -> None:
+async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> None:
     from art_agents.server.sequences import Policy, TrainingInputError
     from art_agents.server.trainer import PolicyTrainer
 
     loop = asyncio.get_running_loop()
 
     def progress(done: int, total: int, metrics: dict[str, float]) -> None:
-        event = TrainEvent(type="progress", done=done, total=total, metrics=metrics)
+        event = spec.event(type="progress", done=done, total=total, metrics=metrics)
         loop.call_soon_threadsafe(events.put_nowait, event)
 
     try:
@@ -92,24 +169,21 @@ async def _train(served: ServedModel, request: TrainRequest, events: asyncio.Que
                 policy = Policy(
                     served.info.name,
                     step,
-                    request.config.max_staleness,
+                    step if spec.max_staleness is None else spec.max_staleness,
                     served.context_tokens,
                     served.engine.longest_token_bytes,
-                    request.config.truncate_to_context,
+                    spec.truncate,
                 )
-                metrics = await asyncio.to_thread(
-                    trainer.train, request.groups, request.config, progress, policy=policy
-                )
+                metrics = await asyncio.to_thread(spec.run, trainer, policy, progress)
             finally:
                 served.engine.model.eval()
                 trim_heap()
             if not metrics.get("skipped"):
-                await asyncio.to_thread(_commit, served, step + 1, trainer.optimizer_state(), metrics, request, started)
+                await asyncio.to_thread(_commit, served, step + 1, trainer.optimizer_state(), metrics, spec, started)
                 step = served.engine.step = step + 1
             metrics = {**metrics, "step": float(step)}
-        log.info("%s trained: step %d %s", served.info.name, step, json.dumps(metrics))
-        result = TrainResult(step=step, skipped=bool(metrics.get("skipped")), metrics=metrics, config=request.config)
-        events.put_nowait(TrainEvent(type="result", result=result))
+        log.info("%s trained (%s): step %d %s", served.info.name, spec.kind, step, json.dumps(metrics))
+        events.put_nowait(spec.event(type="result", result=spec.result(step, metrics)))
     except TrainingInputError as exc:
         events.put_nowait(ServiceError(400, str(exc)))
     except Exception as exc:
@@ -124,25 +198,26 @@ def _commit(
     step: int,
     optimizer_state: dict,
     metrics: dict[str, float],
-    request: TrainRequest,
+    spec: _Step,
     started: float,
 ) -> None:
     """Write checkpoint `step`, its trajectories and its history row; on failure undo all and reload step-1.
 
     `metrics` gains `step_s`: the step's wall time from taking the model to its checkpoint on disk.
     """
-    config = request.config.model_dump(mode="json")
+    config = spec.config.model_dump(mode="json")
     groups_path = trajectories_path(served.model_dir, "train", step)
     try:
         checkpoints.refuse_existing(checkpoints.checkpoint_path(served.model_dir, step))  # before writing any of it
-        write_groups(groups_path, request.groups)
+        write_groups(groups_path, spec.groups)
         path = checkpoints.save_checkpoint(
             served.model_dir, step, served.engine.model, optimizer_state, {"metrics": metrics, "config": config}
         )
         served.engine.publish_checkpoint(step, path)  # an engine serving a copy of the weights (vLLM) loads it
         metrics["step_s"] = time.perf_counter() - started
         checkpoints.append_history(
-            served.model_dir, {"step": step, "time": time.time(), "metrics": metrics, "config": config}
+            served.model_dir,
+            {"step": step, "kind": spec.kind, "time": time.time(), "metrics": metrics, "config": config},
         )
     except Exception as exc:
         failure = f"saving checkpoint {step} failed ({type(exc).__name__}: {exc})"

@@ -1,5 +1,5 @@
 """ART's `art.utils` helpers: `iterate_dataset` walks a dataset in shuffled batches over epochs;
-`retry` calls a flaky function again with a growing delay.
+`retry` calls a flaky function again with a growing delay. `art_agents.utils.sft` holds ART's SFT helpers.
 
 The same batches and order as ART's: every epoch (the first too) is shuffled with the epoch number as
 seed, batches hold `groups_per_step` items (the last of an epoch may hold fewer), `step` counts batches
