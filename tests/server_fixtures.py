@@ -20,6 +20,16 @@ import pytest
 if TYPE_CHECKING:
     from art_agents.server.token_store import TokenStore
 
+# An OpenAI tool the tests serve and train with.
+ADD_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "add",
+        "description": "Add two integers.",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
+    },
+}
+
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:

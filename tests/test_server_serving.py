@@ -10,18 +10,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from server_fixtures import start_server
+from server_fixtures import ADD_TOOL, start_server
 
 TOOL_TEXT = '<tool_call>\n{"name": "add", "arguments": {"a": 1, "b": 2}}\n</tool_call>'
 BROKEN_TOOL_TEXT = "<tool_call>\n{not json at all\n</tool_call>"
-ADD_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
-    },
-}
 MESSAGES = [{"role": "system", "content": "You add numbers."}, {"role": "user", "content": "What is 1 + 2?"}]
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from scripted_openai import ScriptedOpenAI
+from server_fixtures import ADD_TOOL
 
 import art_agents as art
 from art_agents.distill import keep_best
@@ -20,14 +21,6 @@ from art_agents.server.sequences import Policy, TrainingInputError, sft_sequence
 from art_agents.server.token_store import TokenStore
 from art_agents.utils.sft import create_lr_schedule, create_sft_dataset_iterator, iterate_file, train_sft_from_file
 
-ADD_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "add",
-        "description": "Add two integers.",
-        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
-    },
-}
 CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}
 REPLY = "Zorbia's capital is Quuxtown."
 
