@@ -178,7 +178,7 @@ def test_a_trajectory_weighs_the_same_merged_or_split(model: Any, loss_type: str
         model, torch.tensor([PROMPT]), torch.tensor([tokens[len(PROMPT) :]]), trained, torch.tensor([0.8]),
         loss_type=loss_type, temperature=TEMPERATURE, max_completion_length=16,
     )  # fmt: skip
-    assert float(one) == pytest.approx(float(reference), abs=1e-5)
+    assert float(one.detach()) == pytest.approx(float(reference.detach()), abs=1e-5)
 
 
 def test_zero_mean_advantages_at_ratio_one_give_zero_loss_however_turns_merged(model: Any) -> None:
