@@ -112,7 +112,9 @@ def first_prompts(tokenizer: Any, args: argparse.Namespace) -> list[list[int]]:
     from art_agents.server.chat_format import render_prompt_ids
 
     system = {"role": "system", "content": head_text(tokenizer, args.head_tokens)}
-    tasks = [f"Task {i}: find the largest file in folder number {i} and tell me its size." for i in range(args.rollouts)]
+    tasks = [
+        f"Task {i}: find the largest file in folder number {i} and tell me its size." for i in range(args.rollouts)
+    ]
     return [render_prompt_ids(tokenizer, [system, {"role": "user", "content": task}], None) for task in tasks]
 
 
@@ -171,8 +173,12 @@ def report(results: dict[str, dict[str, Summary]], on: Side, off: Side, load: tu
         print(f"{scenario}: cache on {sides['on'].format('s', 1, 2)}, off {sides['off'].format('s', 1, 2)}")
         share = ratio(sides["on"], sides["off"])
         goal = GOALS[scenario]
-        tokens = f"prefill tokens computed per rollout {on.computed[scenario][-1]:.0f} vs {off.computed[scenario][-1]:.0f}"
-        parts.append(f"{scenario} {share.format('x', 1, 2)} [goal <= {goal}x: {'met' if share.median <= goal else 'missed'}]; {tokens}")
+        tokens = (
+            f"prefill tokens computed per rollout {on.computed[scenario][-1]:.0f} vs {off.computed[scenario][-1]:.0f}"
+        )
+        parts.append(
+            f"{scenario} {share.format('x', 1, 2)} [goal <= {goal}x: {'met' if share.median <= goal else 'missed'}]; {tokens}"
+        )
     print(f"summary (cache on / off; load {load[0]:.2f} -> {load[1]:.2f}): " + " | ".join(parts))
 
 

@@ -45,6 +45,7 @@ from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
 
+
 @dataclass
 class SamplingParams:
     max_tokens: int

@@ -16,7 +16,6 @@ that finish are kept in the cache.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from art_agents.server.prefix_cache import BLOCK, PrefixCache
@@ -97,7 +96,7 @@ class KVBatch:
             return []
         heads = set()
         for i, prompt in enumerate(prompts):
-            shared = max(len(os.path.commonprefix([prompt, other])) for other in prompts[:i] + prompts[i + 1 :])
+            shared = max(_common_length(prompt, other) for other in prompts[:i] + prompts[i + 1 :])
             length = min(shared, len(prompt) - 1) // BLOCK * BLOCK
             if length > self.prefix_cache.cached_length(prompt):
                 heads.add(prompt[:length])
@@ -136,7 +135,6 @@ class KVBatch:
         """A cache holding each row's cached prefix, right-aligned in `width` columns (None when none matched)."""
         if width == 0:
             return None
-        import torch
         from transformers.cache_utils import DynamicCache
 
         some = next(kv for _, kv in pasts if kv is not None)
@@ -155,7 +153,9 @@ class KVBatch:
 
         def kv_of(start: int, end: int) -> Any:
             span = columns[start:end]
-            return torch.stack([torch.stack([layer.keys[row][:, span], layer.values[row][:, span]]) for layer in cache.layers])
+            return torch.stack(
+                [torch.stack([layer.keys[row][:, span], layer.values[row][:, span]]) for layer in cache.layers]
+            )
 
         if self.prefix_cache is not None:
             self.prefix_cache.store(ids, kv_of)
@@ -244,3 +244,7 @@ def _full_attention(cache: Any) -> bool:
 
     layers = getattr(cache, "layers", None)
     return layers is not None and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

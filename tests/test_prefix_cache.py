@@ -72,7 +72,9 @@ async def test_the_next_turn_of_a_conversation_prefills_only_what_it_adds(
     first = chat(on, "Find the largest file.")
     turn = (await on.generate(first, SEEDED))[0]
     assert_same(turn, (await off.generate(first, SEEDED))[0])
-    result = "<|im_end|>\n<|im_start|>user\n<tool_response>\n4096 bytes\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    result = (
+        "<|im_end|>\n<|im_start|>user\n<tool_response>\n4096 bytes\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     following = first + turn.token_ids + on.tokenizer.encode(result)
     before = on.prefill_tokens.computed
     cached, full = (await on.generate(following, SEEDED))[0], (await off.generate(following, SEEDED))[0]
@@ -105,7 +107,9 @@ async def test_the_completion_logprobs_are_what_a_full_forward_over_prompt_and_c
     assert on.prefix_cache is not None and on.prefix_cache.hits > 0
     with torch.inference_mode():
         logits = on.model(input_ids=torch.tensor([prompt + sample.token_ids])).logits[0, len(prompt) - 1 : -1]
-    recomputed = torch.log_softmax(logits.float() / SEEDED.temperature, -1).gather(1, torch.tensor(sample.token_ids)[:, None])
+    recomputed = torch.log_softmax(logits.float() / SEEDED.temperature, -1).gather(
+        1, torch.tensor(sample.token_ids)[:, None]
+    )
     assert sample.logprobs == pytest.approx(recomputed[:, 0].tolist(), abs=1e-5)
 
 
