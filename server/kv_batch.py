@@ -126,9 +126,10 @@ class KVBatch:
             **{self.cache_kw: self._past_cache(pasts, past)},
         )
         cache = getattr(output, self.cache_kw)
-        if self.prefix_cache is not None and _full_attention(cache):
-            for row, prompt in enumerate(prompts):
-                self._remember(cache, attention, row, prompt)
+        if not _full_attention(cache):
+            self.prefix_cache = None  # sliding-window or recurrent layers: prefixes cannot be cut out and reused
+        for row, prompt in enumerate(prompts):
+            self._remember(cache, attention, row, prompt)
         return cache, attention, output.logits[:, -1, :].float(), matched_lengths
 
     def _past_cache(self, pasts: list[tuple[int, Any]], width: int) -> Any:
@@ -149,6 +150,8 @@ class KVBatch:
         """Keep the whole blocks of the tokens in `row` of `cache` (`ids`, those its `attention` marks, in order)."""
         import torch
 
+        if self.prefix_cache is None:
+            return
         columns = attention[row].nonzero()[:, 0][: len(ids)]
 
         def kv_of(start: int, end: int) -> Any:
@@ -157,12 +160,11 @@ class KVBatch:
                 [torch.stack([layer.keys[row][:, span], layer.values[row][:, span]]) for layer in cache.layers]
             )
 
-        if self.prefix_cache is not None:
-            self.prefix_cache.store(ids, kv_of)
+        self.prefix_cache.store(ids, kv_of)
 
     def remember(self, row: int, generated: list[int]) -> None:
         """Keep a finishing row's prompt and the tokens of `generated` its cache holds in the prefix cache."""
-        if self.prefix_cache is not None and _full_attention(self.cache):
+        if self.prefix_cache is not None:
             held = int(self.attention[row].sum())
             self._remember(self.cache, self.attention, row, (self.prompts[row] + tuple(generated))[:held])
 
