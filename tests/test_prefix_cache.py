@@ -5,6 +5,7 @@ within its memory budget, and is dropped whenever the weights may change."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -48,11 +49,14 @@ def assert_same(cached: Sample, full: Sample) -> None:
 
 
 async def test_a_group_sharing_a_head_prefills_it_once_and_samples_what_full_prefills_sample(
-    engines: tuple[TransformersEngine, TransformersEngine],
+    engines: tuple[TransformersEngine, TransformersEngine], caplog: pytest.LogCaptureFixture
 ) -> None:
     on, off = engines
     prompts = [chat(on, f"Task {i}: list the files in folder number {i}.") for i in range(4)]
-    cached = await asyncio.gather(*(on.generate(p, SEEDED) for p in prompts))
+    with caplog.at_level(logging.INFO, logger="art_agents.server"):
+        cached = await asyncio.gather(*(on.generate(p, SEEDED) for p in prompts))
+    logged = [r.getMessage() for r in caplog.records if "prefix cache" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].startswith("prefill of 4 requests, tokens computed/from the prefix cache: ")
     full = await asyncio.gather(*(off.generate(p, SEEDED) for p in prompts))
     alone = [(await off.generate(p, SEEDED))[0] for p in prompts]
     for c, f, a in zip(cached, full, alone, strict=True):
