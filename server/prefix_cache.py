@@ -33,7 +33,7 @@ class PrefillTokens:
 
     computed: int = 0
     cached: int = 0
-    _mark: tuple[int, int] = (0, 0)
+    _mark: tuple[int, int] = field(default=(0, 0), repr=False)
 
     def add(self, computed: int, cached: int) -> None:
         self.computed += computed
