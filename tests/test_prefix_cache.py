@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 import torch
+from server_fixtures import start_server
 from test_engine_batching import decoding
+from test_trainer_on_policy import conversation, store_of
 
+from art_agents import TrajectoryGroup
+from art_agents.backend import RemoteBackend
+from art_agents.model import TrainableModel
 from art_agents.server.chat_format import render_prompt_ids
 from art_agents.server.engine import Sample, SamplingParams, TransformersEngine
 from art_agents.server.prefix_cache import BLOCK, PrefixCache
-from art_agents.train_config import ModelConfig
+from art_agents.train_config import ModelConfig, TrainConfig
 
 SEEDED = SamplingParams(max_tokens=10, seed=5, temperature=0.9)
 HEAD = "You are a tool-using agent. " + " ".join(f"tool_{i}(x): does thing {i}." for i in range(20))
@@ -115,6 +120,40 @@ async def test_the_completion_logprobs_are_what_a_full_forward_over_prompt_and_c
         1, torch.tensor(sample.token_ids)[:, None]
     )
     assert sample.logprobs == pytest.approx(recomputed[:, 0].tolist(), abs=1e-5)
+
+
+async def test_through_the_server_cached_turns_store_what_the_trainer_recomputes(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """Multi-turn rollouts through the OpenAI SDK: the token store's logprobs are a full forward's, the trainer finds
+    no gap, and the step's history row says how much of the prompts came from the cache."""
+    from transformers import AutoModelForCausalLM
+
+    with start_server(tmp_path / "art") as url:
+        backend = RemoteBackend(url)
+        model = TrainableModel(name="cached", project="p", base_model=str(tiny_model_path))
+        await model.register(backend)
+        sampling = {"temperature": 0.8, "max_tokens": 8}
+        group = TrajectoryGroup([await conversation(model, 3, f"{HEAD} Task {i}.", **sampling) for i in range(2)])
+        for reward, trajectory in enumerate(group.trajectories):
+            trajectory.reward = float(reward)
+        base = AutoModelForCausalLM.from_pretrained(
+            tiny_model_path, dtype=torch.float32
+        )  # the adapter starts as identity
+        records = [
+            store_of(tmp_path / "art", model).get(t.completion_id or "") for tr in group.trajectories for t in tr.turns
+        ]
+        for record in records:
+            assert record is not None
+            with torch.no_grad():
+                ids = torch.tensor([record.prompt_ids + record.completion_ids])
+                logits = base(input_ids=ids).logits[0, len(record.prompt_ids) - 1 : -1] / 0.8
+            expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(record.completion_ids)[:, None])[:, 0]
+            assert record.logprobs == pytest.approx(expected.tolist(), abs=1e-5)
+        result = await model.train([group], TrainConfig(), progress=False)
+        assert result.metrics["logprob_gap_sampler"] < 1e-5
+        assert result.metrics["prefix_cache_hit_rate"] > 0.5  # later turns and the second rollout's head were cached
+        await backend.close()
 
 
 async def test_the_cache_is_dropped_after_a_pause_and_on_loading_an_adapter_and_unused_for_older_steps(
