@@ -74,8 +74,7 @@ class Side:
 
     def run(self, scenario: str, work: Any) -> float:
         """Run one scenario from a cold cache; its seconds, printed with the tokens it computed as it goes."""
-        if self.engine.prefix_cache is not None:
-            self.engine.prefix_cache.clear()  # every round starts cold
+        self.loop.run_until_complete(self._cold())
         before, started = self.engine.prefill_tokens.computed, time.perf_counter()
         self.loop.run_until_complete(work)
         seconds = time.perf_counter() - started
@@ -86,6 +85,12 @@ class Side:
             flush=True,
         )
         return seconds
+
+    async def _cold(self) -> None:
+        """Empty the cache the way training does: a pause waits for the worker (it may still be keeping the rows
+        that just finished), and its end empties the cache."""
+        async with self.engine.paused():
+            pass
 
     def warm_up(self, prompt: list[int]) -> None:
         """One short request, so the first measured round does not pay for first-call set-up."""
