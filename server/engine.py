@@ -13,6 +13,11 @@ get drawn, and the sampler's logprobs on the same basis make any gap between the
 The service pauses the engine while training updates `engine.model` in place; requests that
 arrive meanwhile wait in the queue and are served by the new step; pausing stops admission, so the
 running rows finish first.
+
+A prefix cache (`ModelConfig.prefix_cache_mb`) keeps the KV state of prompts and finished rows, so a prompt
+prefills only what follows its longest cached prefix. It holds the current step's adapter only: it is emptied
+whenever the weights may change (after every pause, such as a training step, and on loading an adapter), and
+requests for an older step neither use nor fill it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import collections
 import concurrent.futures
 import contextlib
 import inspect
+import logging
 import random
 import threading
 import time
@@ -32,9 +38,12 @@ from typing import Any, Literal, Protocol
 
 from art_agents.server.kv_batch import KVBatch
 from art_agents.server.memory import trim_heap
+from art_agents.server.prefix_cache import PrefillTokens, PrefixCache
 from art_agents.server.sampler import row_random, sample
 from art_agents.server.stream_text import IncrementalDecoder
 from art_agents.train_config import ModelConfig
+
+log = logging.getLogger("art_agents.server")
 
 
 @dataclass
@@ -71,6 +80,7 @@ class Engine(Protocol):
     tokenizer: Any
     step: int
     longest_token_bytes: int  # the most bytes one token stands for: sizes requests before tokenizing
+    prefill_tokens: PrefillTokens  # prompt tokens computed and served from a prefix cache, for the step's history
 
     async def generate(
         self,
@@ -218,6 +228,8 @@ class TransformersEngine:
         self._worker: asyncio.Task[None] | None = None
         self._thread = _decoding_thread()
         self._older: collections.OrderedDict[int, str] = collections.OrderedDict()  # step -> loaded adapter name
+        self.prefix_cache = PrefixCache(int(config.prefix_cache_mb * 2**20)) if config.prefix_cache_mb > 0 else None
+        self.prefill_tokens = PrefillTokens()
 
     @classmethod
     def load(cls, base_model: str, config: ModelConfig) -> TransformersEngine:
@@ -228,6 +240,7 @@ class TransformersEngine:
         """Load a checkpoint's adapter weights into the served adapter (restart, rollback)."""
         from peft import load_peft_weights, set_peft_model_state_dict
 
+        self._forget_prefixes()
         weights = load_peft_weights(str(path), device=str(self.device))
         result = set_peft_model_state_dict(self.model, weights, adapter_name="default")
         unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
@@ -248,8 +261,13 @@ class TransformersEngine:
             async with self._gate:
                 yield
         finally:
+            self._forget_prefixes()  # the weights may have changed meanwhile (training, a rollback)
             self._holds -= 1
             self._wakeup.set()
+
+    def _forget_prefixes(self) -> None:
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()
 
     async def generate(
         self,
@@ -366,7 +384,12 @@ class TransformersEngine:
         arrived meanwhile; a finished row leaves at once and its request is answered when all its choices are."""
         import torch
 
-        batch = KVBatch(self.model, self._cache_kw, self._pad_id, self.device)
+        prefixes = self.prefix_cache if step == self.step else None  # an older step's adapter computes other KV
+
+        def new_batch() -> KVBatch:
+            return KVBatch(self.model, self._cache_kw, self._pad_id, self.device, prefixes)
+
+        batch = new_batch()
         rows: list[_Row] = []
         while True:
             if not rows:
@@ -381,12 +404,15 @@ class TransformersEngine:
                     if arrivals:
                         rows += self._join(batch, arrivals, step)
                     staying = [i for i, row in enumerate(rows) if row.finish is None]
+                    for i, row in enumerate(rows):
+                        if row.finish is not None:
+                            batch.remember(i, row.ids)  # the next turn of its conversation extends it
                     if len(staying) < len(rows):
                         batch.keep(staying)
                         rows = [rows[i] for i in staying]
             except Exception as exc:
                 self._fail({id(r.request): r.request for r in rows} | {id(r): r for r in arrivals}, exc)
-                batch, rows = KVBatch(self.model, self._cache_kw, self._pad_id, self.device), []
+                batch, rows = new_batch(), []
 
     def _join(self, batch: KVBatch, arrivals: list[_Request], step: int) -> list[_Row]:
         """Prefill the arrivals' distinct prompts once, add a row per choice, and sample each row's first token."""
@@ -408,9 +434,20 @@ class TransformersEngine:
             else:
                 self._requeue_alone(arrivals)
             return []
+        self._count_prefill(arrivals, batch.computed)
         rows = [rows[entry] for entry in order]
         self._advance(rows, logits, step)
         return rows
+
+    def _count_prefill(self, arrivals: list[_Request], computed: dict[tuple[int, ...], int]) -> None:
+        """Count and log each request's prompt tokens computed and served from cache (a prompt computed once for
+        several requests counts for the first; one copied from a running row is served from cache)."""
+        counts = []
+        for request in arrivals:
+            done = computed.pop(tuple(request.prompt_ids), 0)
+            counts.append(f"{done}/{len(request.prompt_ids) - done}")
+            self.prefill_tokens.add(done, len(request.prompt_ids) - done)
+        log.info("prefill of %d requests, tokens computed/from the prefix cache: %s", len(arrivals), " ".join(counts))
 
     def _advance(self, rows: list[_Row], logits: Any, step: int) -> None:
         """Sample each row's next token from its logits; finish rows that stopped, were cancelled or ran out."""

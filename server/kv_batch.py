@@ -7,15 +7,24 @@ row with that prompt is still decoding (the copy masks out what that row has gen
 Every row keeps exactly one sampled token not yet fed to the model (its last); `step` feeds them.
 Positions are per row, so the left padding that joining adds and leaving trims changes nothing a
 row computes.
+
+With a `PrefixCache`, a prompt prefills only what follows its longest cached prefix: that prefix's KV goes into
+the row's cache first (padding may then sit between it and the rest, masked out like the left padding). Prompts
+arriving together that share a head beyond what is cached get the head prefilled once first. Prompts and the rows
+that finish are kept in the cache.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from art_agents.server.prefix_cache import BLOCK, PrefixCache
+
 
 class KVBatch:
-    def __init__(self, model: Any, cache_kw: str, pad_id: int, device: Any) -> None:
+    def __init__(
+        self, model: Any, cache_kw: str, pad_id: int, device: Any, prefix_cache: PrefixCache | None = None
+    ) -> None:
         self.model = model
         self.cache_kw = cache_kw  # "cache" in transformers >= 5.2x, "past_key_values" before
         self.pad_id = pad_id
@@ -25,6 +34,8 @@ class KVBatch:
         self.positions: Any = None  # [rows, 1]: the position of each row's next fed token
         self.prompts: list[tuple[int, ...]] = []  # each row's prompt
         self.first_logits: dict[tuple[int, ...], Any] = {}  # a running prompt's next-token logits after prefill
+        self.prefix_cache = prefix_cache
+        self.computed: dict[tuple[int, ...], int] = {}  # prompt tokens the last `join` computed, by prompt
 
     @property
     def rows(self) -> int:
@@ -33,10 +44,7 @@ class KVBatch:
     @property
     def joinable(self) -> bool:
         """Whether rows can join a running batch: only plain full-attention layers can be padded and merged."""
-        from transformers.cache_utils import DynamicLayer
-
-        layers = getattr(self.cache, "layers", None)
-        return self.cache is None or (layers is not None and all(type(layer) is DynamicLayer for layer in layers))
+        return self.cache is None or _full_attention(self.cache)
 
     def join(self, prompts: list[tuple[int, ...]], copies: list[int]) -> tuple[list[int], Any]:
         """Add one row per entry of `copies` (an index into the distinct `prompts`) after the running rows, prefilling
@@ -44,6 +52,7 @@ class KVBatch:
         next-token logits [len(copies), vocab]."""
         import torch
 
+        self.computed = {}
         running = {prompt: row for row, prompt in enumerate(self.prompts) if prompt in self.first_logits}
         fresh = [i for i in range(len(prompts)) if prompts[i] not in running]
         order = [entry for entry, i in enumerate(copies) if prompts[i] not in running]
@@ -62,25 +71,15 @@ class KVBatch:
     def _prefill(self, prompts: list[tuple[int, ...]], copies: list[int]) -> Any:
         import torch
 
-        width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
-        attention = torch.zeros((len(prompts), width), dtype=torch.long)
-        for i, prompt in enumerate(prompts):
-            input_ids[i, width - len(prompt) :] = torch.tensor(prompt)
-            attention[i, width - len(prompt) :] = 1
-        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        output = self.model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=(attention.cumsum(-1) - 1).clamp(min=0),
-            use_cache=True,
-            logits_to_keep=1,
-            **{self.cache_kw: None},
-        )
-        last = output.logits[:, -1, :].float()
+        self.computed = dict.fromkeys(prompts, 0)
+        for head in self._shared_heads(prompts):  # its tokens count as computed for the first prompt it heads
+            *_, (matched,) = self._forward([head])
+            self.computed[next(p for p in prompts if p[: len(head)] == head)] += len(head) - matched
+        cache, attention, last, matched_lengths = self._forward(prompts)
+        for prompt, matched in zip(prompts, matched_lengths, strict=True):
+            self.computed[prompt] += len(prompt) - matched
         self.first_logits.update(zip(prompts, last, strict=True))
         index = torch.tensor(copies, device=self.device)
-        cache = getattr(output, self.cache_kw)
         cache.reorder_cache(index)
         attention = attention[index]
         positions = attention.sum(-1, keepdim=True)
@@ -89,6 +88,85 @@ class KVBatch:
         else:
             self._merge(cache, attention, positions)
         return last[index]
+
+    def _shared_heads(self, prompts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        """Whole-block prefixes that prompts arriving together share beyond what the prefix cache holds, shortest
+        first: prefilled (and cached) once before the prompts themselves."""
+        if self.prefix_cache is None or len(prompts) < 2:
+            return []
+        heads = set()
+        for i, prompt in enumerate(prompts):
+            shared = max(_common_length(prompt, other) for other in prompts[:i] + prompts[i + 1 :])
+            length = min(shared, len(prompt) - 1) // BLOCK * BLOCK
+            if length > self.prefix_cache.cached_length(prompt):
+                heads.add(prompt[:length])
+        return sorted(heads, key=len)
+
+    def _forward(self, prompts: list[tuple[int, ...]]) -> tuple[Any, Any, Any, list[int]]:
+        """Prefill `prompts` (one row each) after their cached prefixes and keep them in the prefix cache: the
+        rows' cache, attention mask, next-token logits, and how many tokens of each prompt came from the cache."""
+        import torch
+
+        pasts = [self.prefix_cache.match(p) if self.prefix_cache else (0, None) for p in prompts]
+        matched_lengths = [matched for matched, _ in pasts]
+        past, suffix = max(matched_lengths), max(len(p) - m for p, m in zip(prompts, matched_lengths, strict=True))
+        input_ids = torch.full((len(prompts), suffix), self.pad_id, dtype=torch.long)
+        attention = torch.zeros((len(prompts), past + suffix), dtype=torch.long)
+        for i, (prompt, matched) in enumerate(zip(prompts, matched_lengths, strict=True)):
+            input_ids[i, suffix - len(prompt) + matched :] = torch.tensor(prompt[matched:])
+            attention[i, past - matched : past] = 1
+            attention[i, past + suffix - len(prompt) + matched :] = 1
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=attention,
+            position_ids=(attention.cumsum(-1) - 1).clamp(min=0)[:, past:],
+            use_cache=True,
+            logits_to_keep=1,
+            **{self.cache_kw: self._past_cache(pasts, past)},
+        )
+        cache = getattr(output, self.cache_kw)
+        if not _full_attention(cache):
+            self.prefix_cache = None  # sliding-window or recurrent layers: prefixes cannot be cut out and reused
+        for row, prompt in enumerate(prompts):
+            self._remember(cache, attention, row, prompt)
+        return cache, attention, output.logits[:, -1, :].float(), matched_lengths
+
+    def _past_cache(self, pasts: list[tuple[int, Any]], width: int) -> Any:
+        """A cache holding each row's cached prefix, right-aligned in `width` columns (None when none matched)."""
+        if width == 0:
+            return None
+        from transformers.cache_utils import DynamicCache
+
+        some = next(kv for _, kv in pasts if kv is not None)
+        layers, _, heads, _, dim = some.shape
+        joined = some.new_zeros((layers, 2, len(pasts), heads, width, dim))
+        for row, (matched, kv) in enumerate(pasts):
+            if matched:
+                joined[:, :, row, :, width - matched :] = kv
+        return DynamicCache(ddp_cache_data=[(layer[0], layer[1]) for layer in joined.unbind(0)])
+
+    def _remember(self, cache: Any, attention: Any, row: int, ids: tuple[int, ...]) -> None:
+        """Keep the whole blocks of the tokens in `row` of `cache` (`ids`, those its `attention` marks, in order)."""
+        import torch
+
+        if self.prefix_cache is None:
+            return
+        columns = attention[row].nonzero()[:, 0][: len(ids)]
+
+        def kv_of(start: int, end: int) -> Any:
+            span = columns[start:end]
+            return torch.stack(
+                [torch.stack([layer.keys[row][:, span], layer.values[row][:, span]]) for layer in cache.layers]
+            )
+
+        self.prefix_cache.store(ids, kv_of)
+
+    def remember(self, row: int, generated: list[int]) -> None:
+        """Keep a finishing row's prompt and the tokens of `generated` its cache holds in the prefix cache."""
+        if self.prefix_cache is not None:
+            held = int(self.attention[row].sum())
+            self._remember(self.cache, self.attention, row, (self.prompts[row] + tuple(generated))[:held])
 
     def _copy_prompts(self, sources: list[int]) -> None:
         """New rows holding the prompt part of these running rows' caches (what they generated since, masked out)."""
@@ -159,3 +237,16 @@ class KVBatch:
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[:, :, lead:], layer.values[:, :, lead:]
             self.attention = self.attention[:, lead:]
+
+
+def _full_attention(cache: Any) -> bool:
+    """Whether every layer of `cache` is a plain full-attention one (no sliding window, no recurrent state): only
+    those can be padded, merged and cut into prefixes."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return layers is not None and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

@@ -178,6 +178,7 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
             finally:
                 served.engine.model.eval()
                 trim_heap()
+            metrics |= served.engine.prefill_tokens.take_metrics()  # the rollouts since the previous step
             if not metrics.get("skipped"):
                 await asyncio.to_thread(_commit, served, step + 1, trainer.optimizer_state(), metrics, spec, started)
                 step = served.engine.step = step + 1

@@ -46,6 +46,7 @@ from art_agents.server.engine import (
     truncate_at_stop,
 )
 from art_agents.server.errors import ServiceError
+from art_agents.server.prefix_cache import PrefillTokens
 from art_agents.server.vllm_process import VLLMLaunch, VLLMProcess, VLLMUnavailable, vllm_python
 from art_agents.train_config import ModelConfig
 
@@ -77,6 +78,7 @@ def vllm_args(config: ModelConfig, sleep: bool) -> list[str]:
         f"--gpu-memory-utilization={config.gpu_memory_utilization}",
         "--logprobs-mode=processed_logprobs",
         f"--dtype={dtype}",
+        "--enable-prefix-caching" if config.prefix_cache_mb > 0 else "--no-enable-prefix-caching",
     ]
     return [*args, "--enable-sleep-mode"] if sleep else args
 
@@ -95,6 +97,7 @@ class VLLMEngine:
         self.sleep = sleep
         self.longest_token_bytes = max((len(t.encode()) for t in tokenizer.get_vocab()), default=1)
         self._stop_ids = sorted(stop_token_ids(model, tokenizer))
+        self.prefill_tokens = PrefillTokens()  # vLLM counts its own (its /metrics); none are reported per step
         self.step = 0  # the served step: its adapter is in vLLM (`publish_checkpoint`) or loads on first use
         self._loaded: collections.OrderedDict[int, Path] = collections.OrderedDict()  # step -> folder, in vLLM
         self._stale: set[int] = set()  # steps to unload once vLLM is awake

@@ -49,6 +49,7 @@ def main(argv: list[str]) -> None:
     )
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--enable-sleep-mode", action="store_true")
+    parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     args = parser.parse_args(argv)
     _event("start", argv=argv)
 

@@ -75,3 +75,13 @@ def test_loop_overhead_runs_on_the_tiny_model() -> None:
     out = run_script("loop_overhead.py", "--tiny", "--steps", "1", "--prompts", "2", "--group-size", "2")
     assert re.search(r"^art .*rollout \d+\.\d+, scoring \d+\.\d+, train \d+\.\d+, checkpoint", out, re.M), out
     assert re.search(rf"^summary \(art / bare, per step\): {RATIO} \[goal <= 1\.3x: (met|missed)\]$", out, re.M), out
+
+
+@pytest.mark.slow
+def test_prefix_cache_runs_on_the_tiny_model() -> None:
+    out = run_script("prefix_cache.py", "--model", "tiny", "--rounds", "1", "--turns", "2", "--head-tokens", "100")
+    summary = next(line for line in out.splitlines() if line.startswith("summary"))
+    assert re.search(
+        rf"group {RATIO} \[goal <= 0\.3x: (met|missed)\]; prefill tokens computed per rollout \d+ vs \d+", summary
+    ), summary
+    assert re.search(rf"conversation {RATIO} \[goal <= 0\.4x: (met|missed)\]", summary), summary

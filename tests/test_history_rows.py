@@ -40,6 +40,7 @@ TRAIN_FIELDS = (
     "step_s",
     "tokens_per_s",
     "judge_cost_usd",
+    "prefix_cache_hit_rate",
 )
 
 
@@ -100,6 +101,7 @@ async def test_two_train_steps_write_rows_with_every_named_field(tmp_path: Path,
         assert 0 < metrics["train_s"] <= metrics["step_s"]
         assert math.isclose(metrics["tokens_per_s"], metrics["tokens_trained"] / metrics["train_s"])
         assert 0 < metrics["judge_cost_usd"] < 0.1  # two priced judge calls of a few hundred tokens
+        assert 0 < metrics["prefix_cache_hit_rate"] < 1  # a group's rollouts share their prompt's head
         trajectories = read_groups(model_dir / "trajectories" / "train" / f"{row['step']:04d}.jsonl")
         assert sum(len(g.trajectories) for g in trajectories) == 6
     val = next(row for row in rows if row.get("split") == "val")

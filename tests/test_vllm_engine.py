@@ -83,6 +83,8 @@ def test_flags_round_the_rank_up_to_one_vllm_takes() -> None:
     args = vllm_args(CONFIG.model_copy(update={"lora_rank": 4}), sleep=False)
     assert "--max-lora-rank=8" in args and "--logprobs-mode=processed_logprobs" in args
     assert "--enable-sleep-mode" not in args and "--enable-lora" in args
+    assert "--enable-prefix-caching" in args  # agent prompts share heads and earlier turns: vLLM reuses their KV
+    assert "--no-enable-prefix-caching" in vllm_args(CONFIG.model_copy(update={"prefix_cache_mb": 0}), sleep=False)
 
 
 def test_vllm_failing_to_start_raises_with_its_log(
