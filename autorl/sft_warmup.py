@@ -136,14 +136,13 @@ async def sft_warmup(
     _save(folder, warmup)  # before training: a rerun after the commit knows the step is the warmup's
     started = time.monotonic()
     result = await model.train_sft(kept, config.sft, progress=False)
-    seconds["sft"] = round(time.monotonic() - started, 3)
+    seconds = {**seconds, "sft": round(time.monotonic() - started, 3)}
     echo(
         f"SFT warmup: kept {len(kept)} of {len(finished)} teacher rollouts (reward mean {warmup.reward_mean:.3f}), "
         f"step {result.step} in {seconds['sft']:.1f} s"
     )
-    return _save(
-        folder, warmup.model_copy(update={"sft_step": result.step, "sft_metrics": result.metrics, "done": True})
-    )
+    done = {"sft_step": result.step, "sft_metrics": result.metrics, "seconds": seconds, "done": True}
+    return _save(folder, warmup.model_copy(update=done))
 
 
 async def _teacher_groups(
