@@ -73,9 +73,17 @@ def mcp_rl(
     reward: Annotated[
         str | None, Opt(help="module:function (scenario, trajectory) -> float, instead of RULER.")
     ] = None,
-    steps: Annotated[int | None, Opt(help="Total training steps (default 10).")] = None,
+    steps: Annotated[
+        int | None, Opt(help="RL training steps (default 10; an SFT warmup adds one before them).")
+    ] = None,
     group_size: Annotated[int | None, Opt(help="Rollouts per scenario (default 4).")] = None,
     groups_per_step: Annotated[int | None, Opt(help="Scenarios per step (default 4).")] = None,
+    sft_warmup: Annotated[
+        int | None, Opt(help="Before RL, fine-tune on the teacher's best of N rollouts per training scenario.")
+    ] = None,
+    teacher_model: Annotated[str | None, Opt(help="Model name of the warmup's teacher at its endpoint.")] = None,
+    teacher_api_base: Annotated[str | None, Opt(help="OpenAI-compatible URL of the teacher (default OpenAI).")] = None,
+    teacher_api_key: Annotated[str | None, Opt(help="api_key for the teacher (default $OPENAI_API_KEY).")] = None,
     scenarios: Annotated[int | None, Opt(help="Training scenarios to generate (default 24).")] = None,
     val_scenarios: Annotated[int | None, Opt(help="Held-out scenarios (default 8).")] = None,
     max_turns: Annotated[int | None, Opt(help="Model calls per rollout (default 6).")] = None,
@@ -107,6 +115,9 @@ def mcp_rl(
         "steps": steps,
         "group_size": group_size,
         "groups_per_step": groups_per_step,
+        "sft_warmup": sft_warmup,
+        "teacher_model": teacher_model,
+        "teacher_params": _litellm_params(teacher_api_base, teacher_api_key),
         "scenarios": scenarios,
         "val_scenarios": val_scenarios,
         "rollout": {"max_turns": max_turns, "max_tokens": max_tokens},

@@ -28,9 +28,11 @@ from art_agents.autorl.scenarios import (
     split_scenarios,
 )
 from art_agents.autorl.scoring import TOOL_USE_RUBRIC, GroupScorer, RewardFn
+from art_agents.autorl.sft_warmup import Warmup, check_teacher, pending, sft_warmup, teacher
 from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout
 from art_agents.loop import StepRecord, load_function, train_loop
 from art_agents.model import TrainableModel
+from art_agents.train_config import TrainSFTConfig
 
 Echo = Callable[[str], None]
 
@@ -53,11 +55,22 @@ class MCPRLConfig(RunConfig):
     scenarios: int = Field(24, ge=1, description="Training scenarios to generate.")
     val_scenarios: int = Field(8, ge=1, description="Held-out scenarios, never trained on.")
     out: Path = Field(Path("mcp-rl-run"), description="Run folder: scenarios, evaluations, checkpoints.")
+    sft_warmup: int = Field(
+        0, ge=0, description="Teacher rollouts per training scenario for an SFT warmup before RL (0: no warmup)."
+    )
+    teacher_model: str | None = Field(None, description="Model name of the warmup's teacher at its endpoint.")
+    teacher_params: dict[str, Any] = Field(
+        default_factory=dict, description="`api_base` (default OpenAI's) and `api_key` of the teacher's endpoint."
+    )
+    sft_min_reward: float = Field(0.5, description="Teacher rollouts scored below this are not imitated.")
+    sft: TrainSFTConfig = Field(default_factory=TrainSFTConfig, description="The warmup's `train_sft` settings.")
 
     @model_validator(mode="after")
     def _one_server(self) -> MCPRLConfig:
         if (self.server is None) == (self.url is None):
             raise ValueError("give exactly one MCP server: a command (`server`, --server) or a URL (`url`, --url)")
+        if self.sft_warmup and not self.teacher_model:
+            raise ValueError("the SFT warmup needs a teacher: give --teacher-model (and --teacher-api-base) too")
         return self
 
     def mcp_server(self) -> Any:
@@ -74,6 +87,7 @@ class MCPRLConfig(RunConfig):
 
 class MCPRLSummary(RunSummary):
     steps: list[StepRecord] = Field(default_factory=list, description="Steps trained by this invocation.")
+    warmup: Warmup | None = Field(None, description="The SFT warmup before RL, if the run has one.")
 
     def table(self) -> str:
         rows = [
@@ -147,6 +161,8 @@ async def run_mcp_rl(
     folder = RunFolder(config.out)
     if folder.claim(_task(config), fresh=fresh):
         echo(f"resuming the run in {folder.path}")
+    if config.sft_warmup and pending(folder):
+        await check_teacher(teacher(config))
     server = config.mcp_server()
     async with server:
         async with server.session() as probe:
@@ -160,18 +176,24 @@ async def run_mcp_rl(
             rubric=config.rubric,
             judge_params=config.judge_params,
         )
+        rollout = functools.partial(server_rollout, server=server, config=config.rollout)
         async with registered_model(config, folder) as model:
             step = await model.get_step()
             before = await _evaluation(config, folder, model, server, val, scorer, step=0, current=step, echo=echo)
+            warmup = None
+            if config.sft_warmup and (step == 0 or folder.file("warmup.json").is_file()):
+                warmup = await sft_warmup(config, folder, model, rollout, train, scorer, echo)
+                step = await model.get_step()
+            last = config.steps + (warmup.sft_step if warmup else 0)  # --steps counts RL steps
             records: list[StepRecord] = []
-            if step < config.steps:
+            if step < last:
                 if step:
-                    echo(f"continuing at step {step} of {config.steps}")
+                    echo(f"continuing at step {step} of {last}")
                 records = await train_loop(
                     model,
-                    functools.partial(server_rollout, server=server, config=config.rollout),
+                    rollout,
                     train,
-                    steps=config.steps - step,
+                    steps=last - step,
                     groups_per_step=config.groups_per_step,
                     rollouts_per_group=config.group_size,
                     train_config=config.train,
@@ -189,6 +211,7 @@ async def run_mcp_rl(
         before=before,
         after=after,
         steps=records,
+        warmup=warmup,
         judge_cost_usd=scorer.cost_usd,
         judge_cost_known=scorer.cost_known,
         judge_prompt_tokens=scorer.prompt_tokens,

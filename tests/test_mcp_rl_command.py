@@ -143,3 +143,82 @@ def test_a_toml_config_with_flags_over_it(tmp_path: Path) -> None:
     plain = MCPRLConfig.load(None, {"server": "x", "base_model": "m", "train": {"learning_rate": None}})
     assert plain.train.learning_rate == TrainConfig().learning_rate == 5e-4  # the library default: one to document
     assert plain.out == Path("mcp-rl-run")  # defaults survive empty tables
+
+
+def teacher_or_scripted(body: dict[str, Any]) -> str | dict[str, Any]:
+    """The teacher looks the time up, then completes the task with it; the generator and judge as above."""
+    if body["model"] != "teacher":
+        return generator_or_judge(body)
+    last = body["messages"][-1]
+    name, arguments = (
+        ("get_current_time", {"timezone": "Asia/Tokyo"})
+        if last["role"] == "user"
+        else ("complete_task", {"answer": f"It is {json.loads(last['content'])['datetime'][11:16]}."})
+    )
+    call = {"id": f"call_{len(body['messages'])}", "type": "function", "function": {"name": name}}
+    call["function"]["arguments"] = json.dumps(arguments)
+    return {"content": None, "tool_calls": [call]}
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.slow  # a warmup and an RL step on the tiny model
+def test_an_sft_warmup_runs_before_rl_and_is_not_redone(tiny_model_path: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "ART_AGENTS_RULER_CACHE": str(tmp_path / "ruler-cache")}
+    with ScriptedOpenAI() as server:
+        server.default = teacher_or_scripted
+        argv = [
+            *command(server.base_url, tiny_model_path, out),
+            "--steps", "1", "--scenarios", "2", "--val-scenarios", "1", "--groups-per-step", "1",
+            "--sft-warmup", "2", "--teacher-model", "teacher", "--teacher-api-base", server.base_url,
+        ]  # fmt: skip
+        first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+        assert first.returncode == 0, first.stderr
+        teacher_calls = sum(r["model"] == "teacher" for r in server.requests)
+        second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+        assert second.returncode == 0, second.stderr
+        assert sum(r["model"] == "teacher" for r in server.requests) == teacher_calls  # not asked again
+
+    assert teacher_calls == 2 * 2 * 2  # 2 rollouts of each of 2 scenarios, 2 model calls each
+    assert re.search(r"teacher rollouts [\d.]+ s, scoring [\d.]+ s", first.stdout)
+    assert "SFT warmup: kept" in first.stdout and "reusing the SFT warmup" in second.stdout
+    warmup = json.loads((out / "warmup.json").read_text())
+    assert warmup["done"] and warmup["sft_step"] == 1 and warmup["rollouts"] == 4 and warmup["failed"] == 0
+    assert warmup["kept"] + warmup["dropped"] == 4 and warmup["kept"] >= 2  # the judge's best of each group
+    assert set(warmup["seconds"]) == {"teacher_rollouts", "scoring", "sft"}
+    assert warmup["sft_metrics"]["turns_retokenized"] == 2 * warmup["kept"]
+    groups = [json.loads(line) for line in (out / "warmup" / "teacher.jsonl").read_text().split("\n") if line]
+    assert [len(g["trajectories"]) for g in groups] == [2, 2]
+    assert all(
+        t["metrics"]["completed"] and t["metrics"]["tool_errors"] == 0 for g in groups for t in g["trajectories"]
+    )
+    history = out / "art" / "mcp-rl" / "models" / "mcp-agent" / "history.jsonl"
+    rows = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [(row["step"], row["kind"]) for row in rows] == [(1, "sft"), (2, "rl")]  # --steps counts RL steps
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["step"] == 2 and summary["warmup"]["sft_step"] == 1
+
+
+def test_a_teacher_that_is_down_is_named_before_anything_runs(tmp_path: Path) -> None:
+    from mcp_fixtures import free_port
+
+    teacher = f"http://127.0.0.1:{free_port()}/v1"
+    result = subprocess.run(
+        [sys.executable, "-m", "art_agents", "mcp-rl", "--server", "mcp-server-time", "--base-model", "x",
+         "--judge-model", "openai/judge", "--out", str(tmp_path / "r"),
+         "--sft-warmup", "2", "--teacher-model", "big", "--teacher-api-base", teacher],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    error = result.stderr.strip()
+    assert "\n" not in error and "teacher 'big'" in error and teacher in error and "--teacher-api-base" in error
+    assert sorted(p.name for p in (tmp_path / "r").iterdir()) == ["task.json"]  # nothing generated nor trained
+
+
+def test_an_sft_warmup_needs_a_teacher(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "art_agents", "mcp-rl", "--server", "x", "--base-model", "x",
+         "--judge-model", "openai/judge", "--sft-warmup", "2", "--out", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "--teacher-model" in result.stderr
