@@ -149,6 +149,7 @@ class PolicyTrainer:
                     continue
                 for group in optimizer.param_groups:
                     group["lr"] = rate
+                optimizer.zero_grad(set_to_none=True)  # each step on its own batch's gradients only
                 loss_sum = 0.0
                 for chunk in _chunks(batch_sequences, config.micro_batch_size):
                     batch = _collate(chunk, self._pad_id(), params[0].device)

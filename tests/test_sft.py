@@ -308,3 +308,22 @@ async def test_a_failed_sft_checkpoint_rolls_back_to_the_last_good_step(
     assert (await model.train_sft([demonstration()], config, progress=False)).step == 1
     served, trained = await logprobs()
     assert served == "rollback@1" and trained != before[1]
+
+
+def test_each_batch_steps_on_its_own_gradients(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:
+    """Two batches in one call update exactly as two calls of one batch each: no gradient carries over."""
+    from test_training_trainer import lora_model
+
+    from art_agents.server.trainer import PolicyTrainer
+
+    demos = [demonstration(), demonstration("Name Zorbia's capital.", "Quuxtown, of course.")]
+    config = art.TrainSFTConfig(learning_rate=1e-2, batch_size=1)
+    weights = []
+    for calls in ([demos], [demos[:1], demos[1:]]):
+        model = lora_model(tiny_model_path)
+        trainer = PolicyTrainer(model, tokenizer, store)
+        for trajectories in calls:
+            trainer.train_sft(trajectories, config, policy=Policy("m", 0))
+        weights.append({n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad})
+    one_call, two_calls = weights
+    assert max(float((one_call[n] - two_calls[n]).abs().max()) for n in one_call) < 1e-6
