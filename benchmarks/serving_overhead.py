@@ -7,7 +7,8 @@ copy of the model saved without an end-of-sequence token, so no row stops early 
 the same decoding work. Scenarios, each side run in turn per round (interleaved), after a warm-up round:
 
   concurrent  8 prompts as 8 concurrent requests to the server (`AsyncOpenAI`), vs the same 8 prompts
-              decoded together, left-padded: by `model.generate` and by a bare KV-cache loop
+              decoded together, left-padded: by `model.generate` and by a bare KV-cache loop; and the engine
+              with its prefix cache off, since unrelated prompts gain nothing from it (goal: on <= 1.05x off)
   n=8         one request with n=8 on one prompt, vs one prefill, its cache repeated to 8 rows, and an
               8-row bare decode
   sequential  2 prompts one request at a time, vs the bare loop one prompt at a time
@@ -147,13 +148,11 @@ class EngineSide:
     """The server's engine called in-process (no HTTP, SDK, templating or token store) on the same weights:
     splits the server's overhead into the engine's and the request path's."""
 
-    def __init__(self, model: Any, tokenizer: Any, prompts: list[list[int]], max_tokens: int) -> None:
+    def __init__(self, model: Any, tokenizer: Any, max_tokens: int, config: Any) -> None:
         from art_agents.server.engine import TransformersEngine
-        from art_agents.train_config import ModelConfig
 
-        self.engine = TransformersEngine(model, tokenizer, ModelConfig())
+        self.engine = TransformersEngine(model, tokenizer, config)
         self.loop = asyncio.new_event_loop()
-        self.prompts = prompts
         self.max_tokens = max_tokens
 
     def run(self, prompts: list[list[int]], n: int = 1) -> None:
@@ -248,11 +247,14 @@ def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, di
     """Per scenario, each side's seconds per generated token, measured interleaved."""
     import httpx
 
+    from art_agents.train_config import ModelConfig
+
     httpx.post(f"{url}/v1/art/models", json={"name": "bench", "base_model": model_path}, timeout=600).raise_for_status()
     messages = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(args.prompts)]
     server = ServerClient(url, messages, args.max_tokens)
     base = Baselines(model_path, messages, args.max_tokens)
-    engine = EngineSide(base.model, base.tokenizer, base.prompts, args.max_tokens)
+    engine = EngineSide(base.model, base.tokenizer, args.max_tokens, ModelConfig())
+    uncached = EngineSide(base.model, base.tokenizer, args.max_tokens, ModelConfig(prefix_cache_mb=0))
     first, sequential = base.prompts[:1], min(SEQUENTIAL_PROMPTS, args.prompts)
     scenarios: dict[str, tuple[int, dict[str, Callable[[], float | None]]]] = {
         "concurrent": (
@@ -260,6 +262,7 @@ def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, di
             {
                 "server": server.concurrent,
                 "engine": lambda: engine.run(base.prompts),
+                "uncached": lambda: uncached.run(base.prompts),
                 "generate": lambda: base.generate(base.prompts),
                 "bare": lambda: base.bare(base.prompts),
             },
@@ -286,6 +289,7 @@ def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, di
     finally:
         server.close()
         engine.close()
+        uncached.close()
     return {
         scenario: {side: times[f"{scenario}/{side}"].scaled(1 / (rows * args.max_tokens)) for side in runs}
         for scenario, (rows, runs) in scenarios.items()
@@ -296,6 +300,7 @@ def report(results: dict[str, dict[str, Summary]]) -> None:
     labels = {
         "server": "server (OpenAI SDK)",
         "engine": "engine, no HTTP",
+        "uncached": "... no prefix cache",
         "generate": "model.generate",
         "bare": "bare KV-cache loop",
     }
@@ -314,6 +319,9 @@ def report(results: dict[str, dict[str, Summary]]) -> None:
             parts.append(f"{scenario} vs generate {ratio(sides['server'], sides['generate']).format('x', 1, 2)}")
         if "engine" in sides:
             parts.append(f"{scenario} engine alone {ratio(sides['engine'], sides['bare']).format('x', 1, 2)}")
+        if "uncached" in sides:
+            share = ratio(sides["engine"], sides["uncached"])
+            parts.append(f"{scenario} prefix cache on / off {share.format('x', 1, 2)} [goal <= 1.05x]")
     print("\nsummary (server / bare loop, per token): " + "; ".join(parts))
 
 

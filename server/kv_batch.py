@@ -6,7 +6,7 @@ batch to drain. A prompt is prefilled once: its cache is copied to every row tha
 row with that prompt is still decoding (the copy masks out what that row has generated since).
 Every row keeps exactly one sampled token not yet fed to the model (its last); `step` feeds them.
 Positions are per row, so the left padding that joining adds and leaving trims changes nothing a
-row computes.
+row computes. Decoding appends each token's KV into spare room (`RoomyLayer`) rather than copying the whole cache.
 
 With a `PrefixCache`, a prompt prefills only what follows its longest cached prefix: that prefix's KV goes into
 the row's cache first (padding may then sit between it and the rest, masked out like the left padding). Prompts
@@ -205,6 +205,10 @@ class KVBatch:
         """Feed each row its pending token; returns the next-token logits [rows, vocab]."""
         import torch
 
+        from art_agents.server.roomy_layer import RoomyLayer
+
+        if self.joinable:
+            self.cache.layers = [RoomyLayer.adopt(layer) for layer in self.cache.layers]
         attention = torch.cat([self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
         output = self.model(
             input_ids=torch.tensor(tokens, device=self.device)[:, None],
@@ -244,8 +248,10 @@ def _full_attention(cache: Any) -> bool:
     those can be padded, merged and cut into prefixes."""
     from transformers.cache_utils import DynamicLayer
 
+    from art_agents.server.roomy_layer import RoomyLayer
+
     layers = getattr(cache, "layers", None)
-    return layers is not None and all(type(layer) is DynamicLayer for layer in layers)
+    return layers is not None and all(type(layer) in (DynamicLayer, RoomyLayer) for layer in layers)
 
 
 def _common_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:

@@ -40,8 +40,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def isolated_server_command(package: str, entry: str) -> list[str]:
-    """argv of console script `entry` of `package`, pip-installed once into its own venv (reused while it works)."""
+def isolated_server_command(package: str, entry: str, *requirements: str) -> list[str]:
+    """argv of console script `entry` of `package`, pip-installed once into its own venv (reused while it works),
+    with extra `requirements` such as an upper bound its metadata lacks."""
     venv = REPO / ".mcp-servers" / package
     bindir = venv / ("Scripts" if os.name == "nt" else "bin")
     script, python = bindir / entry, bindir / "python"
@@ -52,7 +53,7 @@ def isolated_server_command(package: str, entry: str) -> list[str]:
         if not (script.exists() and subprocess.run(check, capture_output=True).returncode == 0):
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", package]
+            pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", package, *requirements]
             installed = subprocess.run(pip, capture_output=True, text=True, timeout=600)
             if installed.returncode != 0:
                 raise RuntimeError(f"pip install {package} into {venv} failed:\n{installed.stderr[-2000:]}")

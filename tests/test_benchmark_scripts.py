@@ -68,6 +68,7 @@ def test_serving_overhead_runs_on_the_tiny_model() -> None:
     assert re.search(rf"concurrent {RATIO} \[target <= 1\.3x: (met|missed)\]", summary), summary
     assert re.search(rf"n=8 {RATIO} \[target <= 1\.2x: (met|missed)\]", summary), summary
     assert re.search(rf"concurrent vs generate {RATIO}; .*sequential {RATIO}", summary), summary
+    assert re.search(rf"concurrent prefix cache on / off {RATIO} \[goal <= 1\.05x\]", summary), summary
 
 
 @pytest.mark.slow

@@ -171,3 +171,37 @@ async def test_a_request_for_the_current_step_by_number_is_served_by_the_latest_
         engine.generate(prompt(engine, 5), SEEDED, older=OlderStep(engine.step, Path("never-loaded"))), timeout=30
     )
     assert by_number[0].token_ids == alone.token_ids and by_number[0].step == engine.step
+
+
+def test_a_decoding_layer_writes_into_its_room_and_remakes_it_after_a_reorder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode steps append in place (no copy of the cache), and what the layer returns is what concatenation gives."""
+    import torch
+    from transformers.cache_utils import DynamicLayer
+
+    from art_agents.server import roomy_layer
+    from art_agents.server.roomy_layer import ROOM, RoomyLayer
+
+    copies: list[int] = []  # the width of each copy made to give the layer room
+    with_room = roomy_layer._with_room
+    monkeypatch.setattr(
+        roomy_layer, "_with_room", lambda tensor, width: copies.append(width) or with_room(tensor, width)
+    )
+
+    plain, start = DynamicLayer(), torch.randn(3, 2, 5, 4)
+    plain.update(start, -start)
+    roomy = RoomyLayer.adopt(plain)
+    reference = DynamicLayer()
+    reference.update(start, -start)
+    rows = 3
+    for step in range(2 * ROOM):  # runs out of room once
+        token = torch.randn(rows, 2, 1, 4)
+        keys, values = roomy.update(token, 2 * token)
+        expected_keys, expected_values = reference.update(token, 2 * token)
+        assert torch.equal(keys, expected_keys) and torch.equal(values, expected_values)
+        if step == 10:
+            order = torch.tensor([2, 0])
+            roomy.reorder_cache(order)
+            reference.reorder_cache(order)
+            rows = 2
+    # room made (keys and values) at the first step, after the reorder, and when the room ran out
+    assert copies == [6 + ROOM] * 2 + [17 + ROOM] * 2 + [18 + 2 * ROOM] * 2

@@ -23,12 +23,40 @@ def bench() -> ModuleType:
 
 
 def test_scenarios_are_fixed_disjoint_and_answered(bench: ModuleType) -> None:
-    scenarios = bench.build_scenarios(40, 10)
-    assert scenarios == bench.build_scenarios(40, 10)
+    scenarios = [task.scenario for task in bench.TASK_SETS["calculator"].solved(40, 10)]
+    assert scenarios == [task.scenario for task in bench.TASK_SETS["calculator"].solved(40, 10)]
     assert sum(s.split == "val" for s in scenarios) == 10 and len({s.task for s in scenarios}) == 40
     product = next(s for s in scenarios if s.task.startswith("What is ") and " * " in s.task)
     a, b = (int(x) for x in product.task.removeprefix("What is ").rstrip("?").split(" * "))
     assert product.reference_answer == str(a * b)
+
+
+def test_the_shop_tasks_are_answered_by_their_query_on_the_read_only_database(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    import importlib
+    import sqlite3
+
+    tasks = bench.TASK_SETS["sqlite"].solved(60, 20)
+    assert len({t.scenario.task for t in tasks}) == 60 and sum(t.scenario.split == "val" for t in tasks) == 20
+    path = importlib.import_module("mcp_tasks").shop_database(tmp_path)  # the bench's import put it on the path
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        for task in tasks:
+            (answer,) = db.execute(task.arguments["query"]).fetchone()
+            assert task.tool == "read_query" and float(task.scenario.reference_answer) == answer
+    with pytest.raises(sqlite3.OperationalError, match="readonly"), sqlite3.connect(path) as db:
+        db.execute("DELETE FROM orders")
+
+
+def test_the_teacher_calls_the_solving_tool_then_answers_with_its_result(bench: ModuleType) -> None:
+    (task, *_) = bench.TASK_SETS["sqlite"].solved(5, 1)
+    teacher = bench.Teacher([task])
+    messages = [{"role": "system", "content": "..."}, {"role": "user", "content": task.scenario.task}]
+    (call,) = teacher.reply({"messages": messages})["tool_calls"]
+    assert call["function"] == {"name": "read_query", "arguments": json.dumps(task.arguments)}
+    messages += [{"role": "assistant", "tool_calls": [call]}, {"role": "tool", "content": "[{'COUNT(*)': 12}]"}]
+    (done,) = teacher.reply({"messages": messages})["tool_calls"]
+    assert done["function"] == {"name": "complete_task", "arguments": json.dumps({"answer": "12"})}
 
 
 @pytest.mark.parametrize(
