@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -200,9 +201,8 @@ async def run_mcp_rl(
                     after_each=scorer,
                     max_exceptions=config.max_exceptions,
                     seed=config.seed,
+                    after_train=_StepEcho(scorer, echo),
                 )
-                for record in records:
-                    echo(f"step {record.step}: reward {record.reward_mean:.3f} over {record.rollouts} rollouts")
             step = await model.get_step()
             after = await _evaluation(config, folder, model, server, val, scorer, step=step, current=step, echo=echo)
     summary = MCPRLSummary(
@@ -222,6 +222,22 @@ async def run_mcp_rl(
     return summary
 
 
+class _StepEcho:
+    """Prints each step as it ends, with the seconds of its phases: rollouts (which include scoring, done as each
+    group finishes), scoring (reward function or judge) and training."""
+
+    def __init__(self, scorer: GroupScorer, echo: Echo) -> None:
+        self.scorer, self.echo, self.scored = scorer, echo, scorer.seconds
+
+    async def __call__(self, record: StepRecord, groups: list[Any]) -> None:
+        scoring, self.scored = self.scorer.seconds - self.scored, self.scorer.seconds
+        state = "" if record.advanced else " (no reward spread: nothing trained)"
+        self.echo(
+            f"step {record.step}{state}: reward {record.reward_mean:.3f} over {record.rollouts} rollouts; seconds: "
+            f"rollouts {record.rollout_s:.1f} (scoring {scoring:.1f}), train {record.train_s:.1f}"
+        )
+
+
 async def _evaluation(
     config: MCPRLConfig,
     folder: RunFolder,
@@ -237,6 +253,7 @@ async def _evaluation(
     rollout_config = config.rollout.model_copy(update={"temperature": config.eval_temperature})
 
     async def compute() -> EvalReport:
+        began = time.perf_counter()
         report = await evaluate(
             val,
             lambda s: server_rollout(model, s, server, rollout_config),
@@ -244,7 +261,8 @@ async def _evaluation(
             step=step,
             pbar_desc=f"eval step {step}",
         )
-        echo(f"eval at step {step}: {json.dumps({k: round(v, 3) for k, v in _headline(report).items()})}")
+        headline = json.dumps({k: round(v, 3) for k, v in _headline(report).items()})
+        echo(f"eval at step {step}: {headline} ({time.perf_counter() - began:.1f} s)")
         return report
 
     return await saved_evaluation(folder, step, current, compute)

@@ -7,6 +7,7 @@ judge's cost is added up as groups are scored, for the run's summary.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -23,7 +24,8 @@ RewardFn = Callable[[Any, Trajectory], float | Awaitable[float]]
 
 
 class GroupScorer:
-    """An `after_each` hook that scores each group; `cost_usd` totals what the judge charged."""
+    """An `after_each` hook that scores each group; `cost_usd` totals what the judge charged and `seconds` the time
+    spent scoring (rewards or judge calls; several groups may be scored at once)."""
 
     def __init__(
         self,
@@ -45,6 +47,7 @@ class GroupScorer:
         self.cost_known = True
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.seconds = 0.0
 
     def account(self, spent: CallTotals) -> None:
         """Add judge calls made outside group scoring (pairwise comparisons) to the totals."""
@@ -57,6 +60,13 @@ class GroupScorer:
         return self.scenarios[trajectory.metadata["scenario_id"]]
 
     async def __call__(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
+        began = time.perf_counter()
+        try:
+            return await self._score(group)
+        finally:
+            self.seconds += time.perf_counter() - began
+
+    async def _score(self, group: TrajectoryGroup) -> TrajectoryGroup | None:
         if not group.trajectories:
             return group
         if self.reward is not None:

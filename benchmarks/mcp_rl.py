@@ -39,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -215,12 +216,19 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     print(f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {len(train)} train, {len(val)} held-out tasks; "
           f"mode {args.mode}")  # fmt: skip
     timings: dict[str, list[float]] = {"evaluation_s": [], "rollout_s": [], "train_s": []}
+    resets = []  # phases that found the server's state changed by a rollout, and put it back
+
+    def reset(phase: str) -> None:
+        if tasks.reset(art_path):
+            resets.append(phase)
+
     try:
         async with server:
             await model.register(backend)
             print(f"server up and model loaded in {time.perf_counter() - started:.0f}s", flush=True)
 
             async def measure(step: int) -> EvalReport:
+                reset(f"evaluation at step {step}")
                 began = time.perf_counter()
                 report = await evaluate(
                     val, lambda s: server_rollout(model, s, server, eval_config), scorer, step=step, pbar_desc=None
@@ -237,12 +245,14 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
                 taught = [task for task in solved if task.scenario.split == "train"][: args.teacher_tasks]
                 timings |= await sft_warmup(args, model, server, rollout_config, taught, scorer)
             if args.mode != "sft":
-                await rl_steps(args, model, server, rollout_config, train, scorer, deadline, timings)
+                await rl_steps(args, model, server, rollout_config, train, scorer, deadline, timings, reset)
             after = await measure(await model.get_step())
             print(f"trained: evaluation {timings['evaluation_s'][-1]:.0f}s")
     finally:
         await backend.close()
-    return summarise(before, after, time.perf_counter() - started, timings, args.versus)
+    if resets:
+        print(f"the server's state was changed by rollouts and put back {len(resets)} times: {', '.join(resets)}")
+    return summarise(before, after, time.perf_counter() - started, timings, args.versus) | {"state_resets": resets}
 
 
 async def sft_warmup(
@@ -287,6 +297,7 @@ async def rl_steps(
     scorer: GroupScorer,
     deadline: float,
     timings: dict[str, list[float]],
+    reset: Callable[[str], None],
 ) -> None:
     """GRPO steps on groups of training tasks until `--steps` or the budget (leaving room for the last evaluation)."""
     from art_agents import TrainConfig, TrajectoryGroup, gather_trajectory_groups
@@ -296,7 +307,8 @@ async def rl_steps(
     attempt = functools.partial(server_rollout, server=server, config=config)
     rng = random.Random(args.seed)
     print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'skipped':>7} {'rollout s':>9} {'train s':>7}")
-    for _ in range(args.steps):
+    for step in range(args.steps):
+        reset(f"RL step {step + 1}")
         steps = [r + t for r, t in zip(timings["rollout_s"], timings["train_s"], strict=True)]
         if time.perf_counter() + (statistics.median(steps) if steps else 0) + timings["evaluation_s"][0] > deadline:
             break

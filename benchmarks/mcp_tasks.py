@@ -4,8 +4,9 @@ model is told to use the server (system prompt, three worked examples as turns o
   calculator  `mcp-server-calculator`: arithmetic word problems with numbers too large for a 135M model to do in
               its head, so success needs a `calculate` call. No state.
   sqlite      `mcp-server-sqlite`: questions about a shop's orders in a SQLite database the server holds (the
-              state: 60 orders, seeded), answered by a `read_query` with the right SELECT. The database file is
-              read-only, so a rollout that tries `write_query` or `DROP` cannot change what later rollouts see.
+              state: 60 orders, seeded), answered by a `read_query` with the right SELECT. Triggers refuse
+              INSERT, UPDATE and DELETE on the orders, and `reset` puts the pristine file back before each step
+              and evaluation if a rollout changed it otherwise (a DROP), so no rollout changes what others see.
 
 No strong generator model is reachable offline, and a task's right answer must be known to check it: so tasks are
 templates filled in code (seeded), split into training and held-out tasks. Each carries the tool call that solves
@@ -14,9 +15,11 @@ it, which only the scripted teacher of the SFT warmup uses.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import random
+import shutil
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +66,10 @@ class TaskSet:
         for task in tasks[:val_count]:
             task.scenario.split = "val"
         return tasks
+
+    def reset(self, folder: Path) -> bool:
+        """Put the server's state back as it was built; whether it had changed."""
+        return self.name == "sqlite" and reset_shop(folder)
 
     def command(self, folder: Path) -> list[str]:
         """argv of the server, in a venv of its own (both need `mcp<2`); the database goes into `folder`."""
@@ -152,24 +159,38 @@ def shop_orders() -> list[tuple[int, str, str, int, str]]:
     return [(i, rng.choice(CUSTOMERS), rng.choice(ITEMS), rng.randint(1, 40), rng.choice(CITIES)) for i in range(1, 61)]
 
 
+SCHEMA = "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT, item TEXT, quantity INTEGER, city TEXT)"
+
+
 def shop_database(folder: Path) -> Path:
-    """The shop's database, written read-only (only SELECTs succeed)."""
-    path = folder / "shop.sqlite"
-    if not path.exists():
-        with sqlite3.connect(path) as db:
-            db.execute(
-                "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT, item TEXT, quantity INTEGER, city TEXT)"
-            )
+    """The shop's database, with triggers that refuse changes to its orders (file modes do not stop root)."""
+    path, pristine = folder / "shop.sqlite", folder / "shop.pristine.sqlite"
+    if not pristine.exists():
+        with contextlib.closing(sqlite3.connect(pristine)) as db, db:
+            db.execute(SCHEMA)
             db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", shop_orders())
-        db.close()
-        path.chmod(0o444)
+            for change in ("INSERT", "UPDATE", "DELETE"):
+                db.execute(
+                    f"CREATE TRIGGER read_only_{change.lower()} BEFORE {change} ON orders "
+                    "BEGIN SELECT RAISE(ABORT, 'the orders are read-only'); END"
+                )
+    if not path.exists():
+        shutil.copyfile(pristine, path)
     return path
+
+
+def reset_shop(folder: Path) -> bool:
+    path, pristine = shop_database(folder), folder / "shop.pristine.sqlite"
+    if path.read_bytes() == pristine.read_bytes():
+        return False
+    shutil.copyfile(pristine, path)
+    return True
 
 
 def sqlite_tasks(count: int, seed: int) -> list[Solved]:
     """Questions over the shop whose answer is a number (a SUM over no rows has none), in a seeded order."""
     db = sqlite3.connect(":memory:")
-    db.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT, item TEXT, quantity INTEGER, city TEXT)")
+    db.execute(SCHEMA)
     db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", shop_orders())
     filled = []
     for question, sql in QUESTIONS:

@@ -31,21 +31,26 @@ def test_scenarios_are_fixed_disjoint_and_answered(bench: ModuleType) -> None:
     assert product.reference_answer == str(a * b)
 
 
-def test_the_shop_tasks_are_answered_by_their_query_on_the_read_only_database(
+def test_the_shop_tasks_are_answered_by_their_query_and_the_shop_cannot_be_changed(
     bench: ModuleType, tmp_path: Path
 ) -> None:
-    import importlib
+    import contextlib
     import sqlite3
 
     tasks = bench.TASK_SETS["sqlite"].solved(60, 20)
     assert len({t.scenario.task for t in tasks}) == 60 and sum(t.scenario.split == "val" for t in tasks) == 20
-    path = importlib.import_module("mcp_tasks").shop_database(tmp_path)  # the bench's import put it on the path
-    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+    path = sys.modules["mcp_tasks"].shop_database(tmp_path)
+    with contextlib.closing(sqlite3.connect(path)) as db:
         for task in tasks:
             (answer,) = db.execute(task.arguments["query"]).fetchone()
             assert task.tool == "read_query" and float(task.scenario.reference_answer) == answer
-    with pytest.raises(sqlite3.OperationalError, match="readonly"), sqlite3.connect(path) as db:
-        db.execute("DELETE FROM orders")
+        with pytest.raises(sqlite3.IntegrityError, match="read-only"):
+            db.execute("DELETE FROM orders")
+        db.execute("DROP TABLE orders")
+        db.commit()
+    assert bench.TASK_SETS["sqlite"].reset(tmp_path) and not bench.TASK_SETS["sqlite"].reset(tmp_path)
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        assert db.execute("SELECT COUNT(*) FROM orders").fetchone() == (60,)
 
 
 def test_the_teacher_calls_the_solving_tool_then_answers_with_its_result(bench: ModuleType) -> None:

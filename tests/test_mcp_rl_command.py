@@ -74,7 +74,7 @@ def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_pat
             assert time.monotonic() < deadline, "no checkpoint 1 within 240 s"
             time.sleep(0.2)
         first.send_signal(signal.SIGINT)
-        _, stderr = first.communicate(timeout=60)
+        first_stdout, stderr = first.communicate(timeout=60)
         assert first.returncode in (0, 130), stderr
         if first.returncode == 130:  # caught during step 2 (it may also have just finished)
             assert "Rerun the same command to continue" in stderr and "Traceback" not in stderr
@@ -85,6 +85,10 @@ def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_pat
         second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
         assert second.returncode == 0, second.stderr
         assert "reusing 6 scenarios" in second.stdout and "resuming the run" in second.stdout
+        printed = first_stdout + second.stdout  # each step is printed as it ends, by one run or the other
+        assert re.search(r"^step \d: reward [\d.]+ over \d+ rollouts; seconds: rollouts [\d.]+ \(scoring [\d.]+\), "
+                         r"train [\d.]+$", printed, re.M), printed  # fmt: skip
+        assert re.search(r"^eval at step 0: \{.*\} \([\d.]+ s\)$", printed, re.M), printed
         assert generator_requests(server) == 1  # nothing regenerated
         assert (out / "scenarios.jsonl").read_text().splitlines() == scenarios
 
