@@ -20,7 +20,7 @@ from art_agents.backend import RemoteBackend
 from art_agents.model import TrainableModel
 from art_agents.server.chat_format import render_prompt_ids
 from art_agents.server.engine import Sample, SamplingParams, TransformersEngine
-from art_agents.server.prefix_cache import BLOCK, PrefixCache
+from art_agents.server.prefix_cache import BLOCK, NODE_BYTES, PrefixCache
 from art_agents.train_config import ModelConfig, TrainConfig
 
 SEEDED = SamplingParams(max_tokens=10, seed=5, temperature=0.9)
@@ -178,7 +178,7 @@ async def test_the_cache_is_dropped_after_a_pause_and_on_loading_an_adapter_and_
 
 
 def test_the_budget_evicts_least_recently_used_blocks_first() -> None:
-    block_bytes = 2 * 2 * 1 * BLOCK * 1 * 4  # [layers=2, 2, heads=1, BLOCK, dim=1] fp32
+    block_bytes = 2 * 2 * 1 * BLOCK * 1 * 4 + NODE_BYTES  # [layers=2, 2, heads=1, BLOCK, dim=1] fp32, and its node
 
     def kv_of(ids: list[int]) -> object:
         return lambda start, end: torch.tensor(ids[start:end], dtype=torch.float32).expand(2, 2, 1, -1)[..., None]
@@ -195,3 +195,30 @@ def test_the_budget_evicts_least_recently_used_blocks_first() -> None:
     assert cache.match(shared + b + [1])[0] == 2 * BLOCK and cache.match(shared + a + [1])[0] == 3 * BLOCK
     assert cache.match([5] * 40)[0] == 0 and (cache.hits, cache.misses) == (3, 1)
     assert cache.match(shared)[0] == BLOCK  # at least one token is left to compute: its logits are needed
+
+
+def test_a_sequence_longer_than_the_budget_keeps_the_blocks_that_fit() -> None:
+    cache = PrefixCache(budget_bytes=3 * (2 * 2 * BLOCK * 4 + NODE_BYTES))
+    ids = list(range(10 * BLOCK))
+    cache.store(ids, lambda start, end: torch.ones(2, 2, 1, end - start, 1))
+    assert len(cache) == 3 and cache.match(ids)[0] == 3 * BLOCK
+
+
+def test_the_cache_holds_its_budget_in_resident_memory() -> None:
+    """Blocks live in a few large tensors and the budget counts their nodes: filling and evicting 32 MiB of a tiny
+    model's 8 KiB blocks (13,000 sequences, ~4,000 blocks at a time) adds at most the budget + 10%."""
+    import random
+
+    def resident_mb() -> float:
+        line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith("VmRSS"))
+        return int(line.split()[1]) / 1024
+
+    cache, rng = PrefixCache(budget_bytes=32 * 2**20), random.Random(0)
+    head = [rng.randrange(512) for _ in range(160)]
+    cache.store(head, lambda start, end: torch.zeros(2, 2, 2, end - start, 16))
+    before = resident_mb()
+    for _ in range(13_000):
+        ids = head + [rng.randrange(512) for _ in range(80)]
+        cache.store(ids, lambda start, end: torch.zeros(2, 2, 2, end - start, 16))
+    assert cache.used_bytes <= 32 * 2**20 and len(cache) > 3000
+    assert resident_mb() - before <= 32 * 1.1
