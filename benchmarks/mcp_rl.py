@@ -58,12 +58,13 @@ NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def correct(reference: str, answer: str | None) -> bool:
-    """The answer's first number equals the reference (commas ignored; 1e-3 for the divisions' decimals)."""
+    """The answer holds exactly one number and it is the reference (commas ignored; 1e-3 for the divisions'
+    decimals). One number, not the first: RL after SFT learned to answer "(39324) * 87", whose first number was
+    right, and drifted from there to answers whose first number was not (`benchmarks/mcp_rl_log.md`)."""
     found = NUMBER.findall(answer or "")
-    if not found:
+    if len(found) != 1:
         return False
-    value, target = float(found[0].replace(",", "")), float(reference)
-    return abs(value - target) <= 1e-3
+    return abs(float(found[0].replace(",", "")) - float(reference)) <= 1e-3
 
 
 def reward(scenario: Scenario, trajectory: Any, *, shaping: bool = True) -> float:
@@ -306,7 +307,7 @@ async def rl_steps(
     train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=4)
     attempt = functools.partial(server_rollout, server=server, config=config)
     rng = random.Random(args.seed)
-    print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'skipped':>7} {'rollout s':>9} {'train s':>7}")
+    print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'tied groups':>11} {'rollout s':>9} {'train s':>7}")
     for step in range(args.steps):
         reset(f"RL step {step + 1}")
         steps = [r + t for r, t in zip(timings["rollout_s"], timings["train_s"], strict=True)]
@@ -327,7 +328,7 @@ async def rl_steps(
         rewards = [r for g in groups for r in g.rewards()]
         calls = statistics.fmean(t.metrics.get("tool_calls", 0) for g in groups for t in g.trajectories)
         skipped = int(result.metrics.get("groups_skipped_zero_variance", 0))
-        print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {calls:>10.2f} {skipped:>7} "
+        print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {calls:>10.2f} {skipped:>11} "
               f"{timings['rollout_s'][-1]:9.1f} {timings['train_s'][-1]:7.1f}", flush=True)  # fmt: skip
 
 
@@ -364,17 +365,17 @@ def summarise(
         b, a = [scale * value(p[0]) for p in pairs], [scale * value(p[1]) for p in pairs]
         diff, low, high = paired_ci(b, a)
         rows[label] = {"base": statistics.fmean(b), "trained": statistics.fmean(a), "diff": diff, "ci": [low, high]}
-        print(
-            f"{label:<22}{statistics.fmean(b):7.1f}{statistics.fmean(a):9.1f}   {diff:+.1f} [{low:+.1f}, {high:+.1f}]"
-        )
+        d = 1 if scale == 100 else 2  # decimals: percentages, or calls per task
+        print(f"{label:<22}{statistics.fmean(b):7.{d}f}{statistics.fmean(a):9.{d}f}   "
+              f"{diff:+.{d}f} [{low:+.{d}f}, {high:+.{d}f}]")  # fmt: skip
     print(f"completion rate {before.completion_rate:.2f} -> {after.completion_rate:.2f}; "
           f"tool error rate {before.tool_error_rate:.2f} -> {after.tool_error_rate:.2f}")  # fmt: skip
     for b, a in pairs[:4]:
         print(f"  {b.id}: {b.answer!r} ({b.tool_calls} calls) -> {a.answer!r} ({a.tool_calls} calls)")
-    steps = len(timings["train_s"])
+    draws = len(timings["train_s"])  # a draw whose groups all tie trains nothing: fewer steps than draws
     phases = ", ".join(f"{name} {statistics.median(values):.1f}" for name, values in timings.items() if values)
-    print(f"{steps} RL steps; median seconds: {phases}; wall {wall_s / 60:.1f} min")
-    summary = {"rows": rows, "steps": steps, "wall_s": wall_s, "timings": timings,
+    print(f"{draws} RL draws, trained to step {after.step}; median seconds: {phases}; wall {wall_s / 60:.1f} min")
+    summary = {"rows": rows, "draws": draws, "step": after.step, "wall_s": wall_s, "timings": timings,
                "before": before.model_dump(), "after": after.model_dump()}  # fmt: skip
     if versus is not None:
         summary["versus"] = compare(after, versus)
@@ -397,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = asyncio.run(run(args))
     if args.result:
         args.result.write_text(json.dumps(summary, indent=1))
-    print(json.dumps({k: v for k, v in summary.items() if k in ("rows", "steps", "wall_s", "timings")}))
+    print(json.dumps({k: v for k, v in summary.items() if k in ("rows", "draws", "step", "wall_s", "timings")}))
     return 0
 
 

@@ -67,9 +67,11 @@ def test_the_teacher_calls_the_solving_tool_then_answers_with_its_result(bench: 
 @pytest.mark.parametrize(
     ("answer", "calls", "errors", "shaped", "strict"),
     [
-        ("The answer is 10,063.", 1, 0, 1.0, 1.0),  # right: first number, commas ignored
+        ("The answer is 10,063.", 1, 0, 1.0, 1.0),  # right: the one number, commas ignored
         ("10063", 0, 0, 1.0, 1.0),  # right without the tool still counts as task success
-        ("347 * 29 = 10063", 1, 0, 0.3, 0.0),  # the first number is not the answer
+        ("347 * 29 = 10063", 1, 0, 0.3, 0.0),  # several numbers: not an answer
+        ("(10063) * 29", 1, 0, 0.3, 0.0),  # even when the first one is right
+        ("(10063)", 1, 0, 1.0, 1.0),
         ("10064", 1, 0, 0.3, 0.0),  # a calculator call that ran
         ("10064", 2, 2, 0.1, 0.0),  # only failing calls (unknown tool, bad arguments)
         ("<tool_call>{bad json", 0, 0, 0.05, 0.0),  # tried the format and missed
@@ -100,7 +102,7 @@ def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "task success" in done.stdout and "valid tool call" in done.stdout
     summary = json.loads(out.read_text())
-    assert summary["steps"] == 1 and len(summary["before"]["items"]) == len(summary["after"]["items"]) == 3
+    assert summary["draws"] == 1 and len(summary["before"]["items"]) == len(summary["after"]["items"]) == 3
     row = summary["rows"]["task success"]
     assert row["ci"][0] <= row["diff"] <= row["ci"][1]
     assert not list(scratch.glob("art-*"))  # the temporary art path (tiny model, checkpoints) is removed
