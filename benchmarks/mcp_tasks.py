@@ -21,6 +21,7 @@ import json
 import random
 import shutil
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,8 @@ class TaskSet:
     system: str
     tool: str  # the tool the worked examples call
     worked: tuple[tuple[str, dict[str, Any], str, str], ...]  # (question, arguments, the tool's result, answer)
+    build: Callable[[int, int], list[Solved]]  # (count, seed) -> tasks in a seeded order
+    database: bool = False  # the server holds the shop's database: passed as --db-path, put back by `reset`
 
     def examples(self) -> list[dict[str, Any]]:
         """The worked examples as turns: the task, the tool call, its result, `complete_task`, its result.
@@ -62,21 +65,21 @@ class TaskSet:
 
     def solved(self, count: int, val_count: int, seed: int = 0) -> list[Solved]:
         """`count` tasks (fewer if the templates run out) in a seeded order, the first `val_count` held out."""
-        tasks = (calculator_tasks if self.name == "calculator" else sqlite_tasks)(count, seed)
+        tasks = self.build(count, seed)
         for task in tasks[:val_count]:
             task.scenario.split = "val"
         return tasks
 
     def reset(self, folder: Path) -> bool:
         """Put the server's state back as it was built; whether it had changed."""
-        return self.name == "sqlite" and reset_shop(folder)
+        return self.database and reset_shop(folder)
 
     def command(self, folder: Path) -> list[str]:
         """argv of the server, in a venv of its own (both need `mcp<2`); the database goes into `folder`."""
         from mcp_fixtures import isolated_server_command
 
         argv = isolated_server_command(self.package, self.package, *self.requirements)
-        return argv if self.name == "calculator" else [*argv, "--db-path", str(shop_database(folder))]
+        return [*argv, "--db-path", str(shop_database(folder))] if self.database else argv
 
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -136,6 +139,7 @@ CALCULATOR = TaskSet(
         ("Compute 17 + 250 * 3.", {"expression": "17 + 250 * 3"}, "767", "767"),
         ("What is 96 minus 14, multiplied by 7?", {"expression": "(96 - 14) * 7"}, "574", "574"),
     ),
+    build=calculator_tasks,
 )
 
 CUSTOMERS = ["Alice", "Bruno", "Chen", "Dana", "Emeka", "Farah", "Goran", "Hana"]
@@ -162,13 +166,17 @@ def shop_orders() -> list[tuple[int, str, str, int, str]]:
 SCHEMA = "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT, item TEXT, quantity INTEGER, city TEXT)"
 
 
+def _fill_shop(db: sqlite3.Connection) -> None:
+    db.execute(SCHEMA)
+    db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", shop_orders())
+
+
 def shop_database(folder: Path) -> Path:
     """The shop's database, with triggers that refuse changes to its orders (file modes do not stop root)."""
     path, pristine = folder / "shop.sqlite", folder / "shop.pristine.sqlite"
     if not pristine.exists():
         with contextlib.closing(sqlite3.connect(pristine)) as db, db:
-            db.execute(SCHEMA)
-            db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", shop_orders())
+            _fill_shop(db)
             for change in ("INSERT", "UPDATE", "DELETE"):
                 db.execute(
                     f"CREATE TRIGGER read_only_{change.lower()} BEFORE {change} ON orders "
@@ -190,8 +198,7 @@ def reset_shop(folder: Path) -> bool:
 def sqlite_tasks(count: int, seed: int) -> list[Solved]:
     """Questions over the shop whose answer is a number (a SUM over no rows has none), in a seeded order."""
     db = sqlite3.connect(":memory:")
-    db.execute(SCHEMA)
-    db.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", shop_orders())
+    _fill_shop(db)
     filled = []
     for question, sql in QUESTIONS:
         for customer, item, city in itertools.product(CUSTOMERS, ITEMS, CITIES):
@@ -241,6 +248,8 @@ SQLITE = TaskSet(
             "2",
         ),
     ),
+    build=sqlite_tasks,
+    database=True,
 )
 
 TASK_SETS = {task_set.name: task_set for task_set in (CALCULATOR, SQLITE)}
