@@ -11,7 +11,6 @@ import contextlib
 import functools
 import inspect
 import numbers
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar, Token
@@ -20,12 +19,11 @@ from typing import Any, ParamSpec, overload
 from art_agents.errors import RolloutFailed
 from art_agents.messages import ChatMessage, as_messages
 from art_agents.trajectory import History, ToolCallRecord, Trajectory, Turn
+from art_agents.wire import policy_step_of
 
 _current: ContextVar[Trajectory | None] = ContextVar("art_agents_trajectory", default=None)
 _span: ContextVar[str | None] = ContextVar("art_agents_span", default=None)
 
-ROLLOUT_HEADER = "x-art-rollout-id"
-_STEP_SUFFIX = re.compile(r"@(\d+)\Z")
 
 P = ParamSpec("P")
 
@@ -112,17 +110,6 @@ def decorate_rollout(
         return trajectory
 
     return wrapper
-
-
-def policy_step_of(model_name: str | None) -> int | None:
-    """`name@12` -> 12: every completion our server answers names the step that sampled it."""
-    match = _STEP_SUFFIX.search(model_name or "")
-    return int(match.group(1)) if match else None
-
-
-def without_step(model_name: str) -> str:
-    """`name@12` -> `name`: the registered name a client may send back with its step attached."""
-    return _STEP_SUFFIX.sub("", model_name)
 
 
 def record_completion(

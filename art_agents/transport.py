@@ -13,8 +13,9 @@ from typing import Any
 
 import httpx
 
-from art_agents.capture import ROLLOUT_HEADER, current_trajectory, record_completion
+from art_agents.capture import current_trajectory, record_completion
 from art_agents.trajectory import Trajectory
+from art_agents.wire import ROLLOUT_HEADER
 
 
 def _is_chat_completion(request: httpx.Request) -> bool:

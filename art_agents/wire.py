@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
 from pydantic import Field
@@ -12,6 +13,19 @@ from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 API_PREFIX = "/v1/art"
+ROLLOUT_HEADER = "x-art-rollout-id"  # names the trajectory a completion belongs to
+_STEP_SUFFIX = re.compile(r"@(\d+)\Z")
+
+
+def policy_step_of(model_name: str | None) -> int | None:
+    """`name@12` -> 12: every completion our server answers names the step that sampled it."""
+    match = _STEP_SUFFIX.search(model_name or "")
+    return int(match.group(1)) if match else None
+
+
+def without_step(model_name: str) -> str:
+    """`name@12` -> `name`: the registered name a client may send back with its step attached."""
+    return _STEP_SUFFIX.sub("", model_name)
 
 
 class RegisterRequest(Schema):

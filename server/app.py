@@ -27,11 +27,11 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from art_agents import wire
-from art_agents.capture import ROLLOUT_HEADER
 from art_agents.server.completions import StreamDelta, StreamItem
 from art_agents.server.errors import ServiceError, describe, disk_full
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.service import ArtService
+from art_agents.wire import ROLLOUT_HEADER
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]

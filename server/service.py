@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from art_agents.capture import policy_step_of, without_step
 from art_agents.jsonl import read_history
 from art_agents.server import checkpoints
 from art_agents.server.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
@@ -33,6 +32,8 @@ from art_agents.wire import (
     TrainEvent,
     TrainRequest,
     TrainSFTRequest,
+    policy_step_of,
+    without_step,
 )
 
 log = logging.getLogger("art_agents.server")

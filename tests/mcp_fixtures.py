@@ -53,7 +53,16 @@ def isolated_server_command(package: str, entry: str, *requirements: str) -> lis
         if not (script.exists() and subprocess.run(check, capture_output=True).returncode == 0):
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-            pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", package, *requirements]
+            pip = [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                package,
+                *requirements,
+            ]
             installed = subprocess.run(pip, capture_output=True, text=True, timeout=600)
             if installed.returncode != 0:
                 raise RuntimeError(f"pip install {package} into {venv} failed:\n{installed.stderr[-2000:]}")

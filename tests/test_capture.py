@@ -11,7 +11,7 @@ import pytest
 
 import art_agents
 from art_agents import Model, Trajectory, rollout
-from art_agents.capture import ROLLOUT_HEADER
+from art_agents.wire import ROLLOUT_HEADER
 
 TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {}}}}
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": json.dumps({"a": 1, "b": 2})}}

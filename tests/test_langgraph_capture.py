@@ -23,7 +23,6 @@ from pydantic import BaseModel
 
 import art_agents
 from art_agents import Model, RolloutFailed, TrajectoryGroup, gather_trajectory_groups
-from art_agents.capture import ROLLOUT_HEADER
 from art_agents.integrations.langgraph import (
     MissingCallsWarning,
     chat_model,
@@ -31,6 +30,7 @@ from art_agents.integrations.langgraph import (
     http_clients,
     wrap,
 )
+from art_agents.wire import ROLLOUT_HEADER
 
 CONSTRUCTORS = ["create_agent", "create_react_agent"]
 

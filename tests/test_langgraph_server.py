@@ -21,8 +21,8 @@ from langgraph_agents import (
 from server_fixtures import start_server
 
 from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
-from art_agents.capture import ROLLOUT_HEADER
 from art_agents.integrations.langgraph import MissingCallsWarning, wrap
+from art_agents.wire import ROLLOUT_HEADER
 
 ANSWER = "The answer is 5."
 
