@@ -422,7 +422,7 @@ class LocalBackend(RemoteBackend):
         try:
             import uvicorn
 
-            from art_agents.server.app import create_app
+            from art_agents.server.http.app import create_app
         except ImportError as exc:
             raise ArtError(
                 f"LocalBackend(in_process=True) needs the `server` extra ({exc}); pip install 'art-agents[server]'"

@@ -24,7 +24,7 @@ app = typer.Typer(name="art-agents", help="Train LLM agents with RL on their own
 R = TypeVar("R")
 
 PART_COMMANDS = {
-    "art_agents.server.cli": "serve, doctor, tiny-model (extra: server)",
+    "art_agents.server.ops.cli": "serve, doctor, tiny-model (extra: server)",
     "art_agents.reporting": "report",
     "art_agents.train_command": "train",
     "art_agents.autorl.cli": "autorl, mcp-rl",

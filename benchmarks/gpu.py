@@ -268,7 +268,7 @@ def build_model(work: Path, sizes: Sizes, device: str, dtype: Any) -> tuple[Path
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen3Config
 
-    from art_agents.server.tiny_model import build_tiny_model
+    from art_agents.server.ops.tiny_model import build_tiny_model
 
     tokenizer = AutoTokenizer.from_pretrained(build_tiny_model(work / "tokenizer-source"))
     if len(tokenizer) > sizes.vocab:
@@ -359,8 +359,8 @@ def ours_side(
     from grpo_step import stored_groups
     from peft import get_peft_model
 
-    from art_agents.server.token_store import TokenStore
-    from art_agents.server.trainer import PolicyTrainer
+    from art_agents.server.storage.token_store import TokenStore
+    from art_agents.server.training.trainer import PolicyTrainer
     from art_agents.train_config import TrainConfig
 
     store = TokenStore(work / f"store-{uuid.uuid4().hex[:8]}.sqlite")
@@ -512,7 +512,7 @@ def serve_prompts(tokenizer: Any, sizes: Sizes, seed: int = 1) -> list[list[int]
 def serve_section(path: Path, sizes: Sizes, device: str, dtype_name: str, budget: Budget) -> None:
     import torch
 
-    from art_agents.server.engine import SamplingParams, TransformersEngine
+    from art_agents.server.engines.transformers_engine import SamplingParams, TransformersEngine
     from art_agents.train_config import ModelConfig
 
     if not budget.allows(sizes.section_seconds, "serving"):

@@ -62,7 +62,7 @@ def lora_model(path: Path) -> Any:
 def stored_groups(tokenizer: Any, rows: list[dict[str, Any]], store: Any) -> list[Any]:
     """`rows` as trajectory groups whose turns the token store knows (sampler logprobs -1: unused at beta 0)."""
     from art_agents.capture import record_completion
-    from art_agents.server.token_store import TokenRecord
+    from art_agents.server.storage.token_store import TokenRecord
     from art_agents.trajectory import Trajectory, TrajectoryGroup
 
     by_group: dict[int, list[Trajectory]] = {}
@@ -89,8 +89,8 @@ def stored_groups(tokenizer: Any, rows: list[dict[str, Any]], store: Any) -> lis
 def ours_step(
     model_path: Path, tokenizer: Any, rows: list[dict[str, Any]], micro_batch_size: int, work: Path
 ) -> Callable[[], None]:
-    from art_agents.server.token_store import TokenStore
-    from art_agents.server.trainer import PolicyTrainer
+    from art_agents.server.storage.token_store import TokenStore
+    from art_agents.server.training.trainer import PolicyTrainer
     from art_agents.train_config import TrainConfig
 
     store = TokenStore(work / "store.sqlite")
@@ -181,7 +181,7 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer
 
-    from art_agents.server.tiny_model import build_tiny_model
+    from art_agents.server.ops.tiny_model import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

@@ -32,7 +32,7 @@ ANSWER = "The answer is 5."
 # the server with the test-only scripted engine enabled, as the tests run it
 SERVE = """
 import sys, uvicorn
-from art_agents.server.app import create_app
+from art_agents.server.http.app import create_app
 uvicorn.run(create_app(sys.argv[1], test_engines=True), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 """
 
@@ -125,7 +125,7 @@ def main() -> None:
         LANGFUSE_BASE_URL=f"http://127.0.0.1:{dead_port}",
     )
     with tempfile.TemporaryDirectory(prefix="art-langfuse-") as folder:
-        from art_agents.server.tiny_model import build_tiny_model
+        from art_agents.server.ops.tiny_model import build_tiny_model
 
         model_path = build_tiny_model(Path(folder) / "tiny")
         port = free_port()

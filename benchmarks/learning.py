@@ -393,7 +393,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     started = time.perf_counter()
     deadline = started + 60 * args.budget_min
     if args.tiny:
-        from art_agents.server.tiny_model import build_tiny_model
+        from art_agents.server.ops.tiny_model import build_tiny_model
 
         base_model, gguf_file = str(build_tiny_model(art_path / "tiny-model")), None
     elif args.model:

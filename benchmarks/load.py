@@ -117,8 +117,8 @@ async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """The load run, with the tiny model and the server's files in `folder`."""
     from art_agents.backend import LocalBackend
     from art_agents.model import TrainableModel
-    from art_agents.server.tiny_model import build_tiny_model
-    from art_agents.server.token_store import TokenStore
+    from art_agents.server.ops.tiny_model import build_tiny_model
+    from art_agents.server.storage.token_store import TokenStore
     from art_agents.train_config import ModelConfig
 
     tiny = build_tiny_model(folder / "tiny")

@@ -77,7 +77,7 @@ class BareLoop:
         from trl.trainer.utils import disable_dropout_in_model
 
         from art_agents.server.chat_format import render_prompt_ids
-        from art_agents.server.engine import load_peft_model
+        from art_agents.server.engines.transformers_engine import load_peft_model
 
         self.model, self.tokenizer = load_peft_model(model_path, config)
         disable_dropout_in_model(self.model)
@@ -98,7 +98,7 @@ class BareLoop:
     def step(self) -> None:
         import torch
 
-        from art_agents.server.loss import BatchTotals, policy_loss, token_logprobs
+        from art_agents.server.training.loss import BatchTotals, policy_loss, token_logprobs
 
         t0 = time.perf_counter()
         self.model.eval()
@@ -216,7 +216,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="art-loop-") as tmp:
         folder = Path(tmp)
         if args.tiny:
-            from art_agents.server.tiny_model import build_tiny_model
+            from art_agents.server.ops.tiny_model import build_tiny_model
 
             base_model, gguf_file = str(build_tiny_model(folder / "tiny")), None
         else:

@@ -64,7 +64,7 @@ class Side:
     """One engine (cache on or off) and the scenarios run on it; counts the prompt tokens it computed."""
 
     def __init__(self, model: Any, tokenizer: Any, prefix_cache_mb: float, args: argparse.Namespace) -> None:
-        from art_agents.server.engine import SamplingParams, TransformersEngine
+        from art_agents.server.engines.transformers_engine import SamplingParams, TransformersEngine
         from art_agents.train_config import ModelConfig
 
         self.engine = TransformersEngine(model, tokenizer, ModelConfig(prefix_cache_mb=prefix_cache_mb))
@@ -152,7 +152,7 @@ def main() -> None:
 
     import torch
 
-    from art_agents.server.engine import load_peft_model
+    from art_agents.server.engines.transformers_engine import load_peft_model
     from art_agents.train_config import ModelConfig
 
     if args.threads:
@@ -165,7 +165,7 @@ def main() -> None:
 
             base_model, gguf_file = smollm2_gguf()
         elif base_model == "tiny":
-            from art_agents.server.tiny_model import build_tiny_model
+            from art_agents.server.ops.tiny_model import build_tiny_model
 
             base_model = str(build_tiny_model(Path(tmp) / "tiny"))
         model, tokenizer = load_peft_model(endless_copy(base_model, gguf_file, Path(tmp) / "endless"), ModelConfig())

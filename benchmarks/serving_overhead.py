@@ -85,7 +85,7 @@ class Baselines:
 
     def __init__(self, model_path: str, messages: list[list[dict[str, str]]], max_tokens: int) -> None:
         from art_agents.server.chat_format import render_prompt_ids
-        from art_agents.server.engine import load_peft_model
+        from art_agents.server.engines.transformers_engine import load_peft_model
         from art_agents.train_config import ModelConfig
 
         self.model, self.tokenizer = load_peft_model(model_path, ModelConfig())
@@ -149,14 +149,14 @@ class EngineSide:
     splits the server's overhead into the engine's and the request path's."""
 
     def __init__(self, model: Any, tokenizer: Any, max_tokens: int, config: Any) -> None:
-        from art_agents.server.engine import TransformersEngine
+        from art_agents.server.engines.transformers_engine import TransformersEngine
 
         self.engine = TransformersEngine(model, tokenizer, config)
         self.loop = asyncio.new_event_loop()
         self.max_tokens = max_tokens
 
     def run(self, prompts: list[list[int]], n: int = 1) -> None:
-        from art_agents.server.engine import SamplingParams
+        from art_agents.server.engines.transformers_engine import SamplingParams
 
         params = SamplingParams(max_tokens=self.max_tokens, temperature=1.0, n=n)
 
@@ -184,7 +184,7 @@ def in_process_server(folder: Path) -> Iterator[str]:
 
     import uvicorn
 
-    from art_agents.server.app import create_app
+    from art_agents.server.http.app import create_app
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -348,7 +348,7 @@ def main() -> None:
 
             base_model, gguf_file = smollm2_gguf()
         elif base_model is None:
-            from art_agents.server.tiny_model import build_tiny_model
+            from art_agents.server.ops.tiny_model import build_tiny_model
 
             base_model = str(build_tiny_model(folder / "tiny"))
         model_path = endless_copy(base_model, gguf_file, folder / "endless")

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from art_agents.atomic import write_text_atomic
 from art_agents.names import check_safe_name
-from art_agents.server import checkpoints
-from art_agents.server.engine import Engine
+from art_agents.server.storage import checkpoints
+from art_agents.server.engines.transformers_engine import Engine
 from art_agents.server.errors import ServiceError
-from art_agents.server.folder_lock import FolderInUse, FolderLock, lock_folder
+from art_agents.server.storage.folder_lock import FolderInUse, FolderLock, lock_folder
 from art_agents.server.model_sources import ModelSources
-from art_agents.server.token_store import TokenStore
+from art_agents.server.storage.token_store import TokenStore
 from art_agents.train_config import ModelConfig
 from art_agents.wire import ModelInfo, RegisterRequest
 
@@ -109,18 +109,18 @@ def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> Serve
 
 
 def _load_engine(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
-    from art_agents.server.engine_choice import choose_engine
+    from art_agents.server.engines.registry import choose_engine
 
     engine, why = choose_engine(config)
     log.info("model %s is served by the %s engine: %s", name, engine, why)
     if engine == "transformers":
-        from art_agents.server.engine import TransformersEngine
+        from art_agents.server.engines.transformers_engine import TransformersEngine
 
         return TransformersEngine.load(base_model, config)
     if engine == "vllm":
-        from art_agents.server.vllm_engine import VLLMEngine
+        from art_agents.server.engines.vllm_engine import VLLMEngine
 
         return VLLMEngine.load(base_model, config, name=name, model_dir=model_dir)
-    from art_agents.server.scripted_engine import ScriptedEngine
+    from art_agents.server.engines.scripted_engine import ScriptedEngine
 
     return ScriptedEngine.load(base_model, config)

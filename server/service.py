@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from art_agents.jsonl import read_history
-from art_agents.server import checkpoints
-from art_agents.server.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
-from art_agents.server.engine import OlderStep
+from art_agents.server.storage import checkpoints
+from art_agents.server.http.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
+from art_agents.server.engines.transformers_engine import OlderStep
 from art_agents.server.errors import ServiceError
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.served_model import ServedModel, check_name, open_served_model
-from art_agents.server.training_service import record_log, sft_events, train_events
+from art_agents.server.train_steps import record_log, sft_events, train_events
 from art_agents.wire import (
     DEFAULT_BEST_METRIC,
     CheckpointInfo,

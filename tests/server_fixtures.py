@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from art_agents.server.token_store import TokenStore
+    from art_agents.server.storage.token_store import TokenStore
 
 # An OpenAI tool the tests serve and train with.
 ADD_TOOL = {
@@ -33,7 +33,7 @@ ADD_TOOL = {
 
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from art_agents.server.tiny_model import build_tiny_model
+    from art_agents.server.ops.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "qwen3")
 
@@ -49,7 +49,7 @@ def tokenizer(tiny_model_path: Path) -> Any:
 @pytest.fixture
 def store(tmp_path: Path) -> TokenStore:
     """An empty token store in this test's folder."""
-    from art_agents.server.token_store import TokenStore
+    from art_agents.server.storage.token_store import TokenStore
 
     return TokenStore(tmp_path / "tokens" / "store.sqlite")
 
@@ -68,7 +68,7 @@ def start_server(art_path: str | Path, *, startup_timeout: float = 120.0, **app_
     """
     import uvicorn
 
-    from art_agents.server.app import create_app
+    from art_agents.server.http.app import create_app
 
     app = create_app(Path(art_path), **{"test_engines": True, **app_options})
     port = free_port()

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 import art_agents as art
 from art_agents.local import LocalBackend
-from art_agents.server.quickstart import TOY_CONFIG, TOY_MODEL_CONFIG, rollout_groups
+from art_agents.server.ops.quickstart import TOY_CONFIG, TOY_MODEL_CONFIG, rollout_groups
 from art_agents.utils import DatasetBatch, iterate_dataset
 
 

@@ -18,7 +18,7 @@ from scripted_openai import ScriptedOpenAI
 import art_agents as art
 from art_agents.local import LocalBackend
 from art_agents.rewards import ruler_score_group
-from art_agents.server.quickstart import TOY_MODEL_CONFIG
+from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 from art_agents.utils import iterate_dataset
 
 SCENARIOS = [{"question": f"Say the letter a {n} times."} for n in range(1, 5)]

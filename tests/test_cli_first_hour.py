@@ -94,7 +94,7 @@ def test_report_without_flags_shows_the_most_recent_run_and_names_the_others(tmp
 
 
 def test_start_up_models_are_checked_before_the_server_loads_anything(tiny_model_path: Path) -> None:
-    from art_agents.server.cli import _start_up_models
+    from art_agents.server.ops.cli import _start_up_models
 
     assert _start_up_models(None, None, "default") == []
     (request,) = _start_up_models("agent", str(tiny_model_path), "demo")

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from art_agents.server.chat_format import render_prompt_ids
-from art_agents.server.engine import SamplingParams, TransformersEngine
-from art_agents.server.kv_batch import KVBatch
+from art_agents.server.engines.transformers_engine import SamplingParams, TransformersEngine
+from art_agents.server.engines.kv_batch import KVBatch
 from art_agents.train_config import ModelConfig
 
 SEEDED = SamplingParams(max_tokens=12, seed=9, temperature=0.8)
@@ -164,7 +164,7 @@ async def test_a_request_for_the_current_step_by_number_is_served_by_the_latest_
     engine: TransformersEngine,
 ) -> None:
     """`name@N` resolved just before step N became the latest still names a step this engine serves."""
-    from art_agents.server.engine import OlderStep
+    from art_agents.server.engines.transformers_engine import OlderStep
 
     alone = (await engine.generate(prompt(engine, 5), SEEDED))[0]
     by_number = await asyncio.wait_for(
@@ -178,8 +178,8 @@ def test_a_decoding_layer_writes_into_its_room_and_remakes_it_after_a_reorder(mo
     import torch
     from transformers.cache_utils import DynamicLayer
 
-    from art_agents.server import roomy_layer
-    from art_agents.server.roomy_layer import ROOM, RoomyLayer
+    from art_agents.server.engines import roomy_layer
+    from art_agents.server.engines.roomy_layer import ROOM, RoomyLayer
 
     copies: list[int] = []  # the width of each copy made to give the layer room
     with_room = roomy_layer._with_room

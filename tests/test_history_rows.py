@@ -18,7 +18,7 @@ import art_agents as art
 from art_agents.jsonl import read_groups
 from art_agents.local import LocalBackend
 from art_agents.rewards import ruler_score_group
-from art_agents.server.quickstart import TOY_MODEL_CONFIG
+from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 
 # what the issue names, as the row calls it
 TRAIN_FIELDS = (

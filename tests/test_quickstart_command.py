@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from art_agents.server.quickstart import Stall, model_folder
+from art_agents.server.ops.quickstart import Stall, model_folder
 
 QUICKSTART = [sys.executable, "-m", "art_agents", "quickstart"]
 

@@ -24,7 +24,7 @@ import art_agents as art
 from art_agents.cli import app, load_parts
 from art_agents.local import LocalBackend
 from art_agents.report_page import write_report
-from art_agents.server.quickstart import TOY_MODEL_CONFIG
+from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 
 SCRIPT = "<script>alert('escaped?')</script>"
 CHART = re.compile(r'<img class="chart" id="chart-([a-z-]+)" alt="[^"]+" src="data:image/png;base64,([^"]+)">')

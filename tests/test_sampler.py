@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from art_agents.server.sampler import TOP_K_CANDIDATES, row_random, sample
+from art_agents.server.engines.sampler import TOP_K_CANDIDATES, row_random, sample
 
 DRAWS = 2000
 

@@ -73,7 +73,7 @@ def test_train_serves_the_next_step_and_a_restart_reopens_everything(tmp_path: P
         again = client.chat.completions.create(model="policy", messages=MESSAGES, max_tokens=6, seed=1)
         assert again.model == "policy@1"
         assert again.choices[0].model_extra["token_ids"] == after.choices[0].model_extra["token_ids"]
-        from art_agents.server.token_store import TokenStore
+        from art_agents.server.storage.token_store import TokenStore
 
         store = TokenStore(model_dir / "tokens" / "store.sqlite")
         assert store.count() == 5 and store.get(answers[0].id) is not None
@@ -152,7 +152,7 @@ def test_non_loopback_bind_without_api_key_is_refused() -> None:
     from typer.testing import CliRunner
 
     from art_agents.cli import app, load_parts
-    from art_agents.server.cli import check_bind
+    from art_agents.server.ops.cli import check_bind
 
     check_bind("127.0.0.1", None)
     check_bind("::1", None)
@@ -168,7 +168,7 @@ def test_non_loopback_bind_without_api_key_is_refused() -> None:
 def test_a_failed_checkpoint_save_rolls_the_weights_back_to_the_last_good_step(
     tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from art_agents.server import checkpoints
+    from art_agents.server.storage import checkpoints
 
     art = tmp_path / "art"
     greedy = {"model": "policy", "messages": MESSAGES, "max_tokens": 6, "temperature": 0, "seed": 3}

@@ -19,8 +19,8 @@ from test_server_admin import MESSAGES, register, trajectory
 
 from art_agents.backend import LocalBackend
 from art_agents.model import TrainableModel
-from art_agents.server.checkpoints import latest_step, list_checkpoints
-from art_agents.server.token_store import TokenStore
+from art_agents.server.storage.checkpoints import latest_step, list_checkpoints
+from art_agents.server.storage.token_store import TokenStore
 
 
 async def test_kill_9_while_completions_are_recorded_loses_nothing_acknowledged(
@@ -58,7 +58,7 @@ def test_kill_9_during_a_checkpoint_save_leaves_the_previous_step(tmp_path: Path
         import sys, time
         from peft import LoraConfig, get_peft_model
         from transformers import AutoModelForCausalLM
-        from art_agents.server import checkpoints
+        from art_agents.server.storage import checkpoints
         model = get_peft_model(AutoModelForCausalLM.from_pretrained({str(tiny_model_path)!r}),
                                LoraConfig(r=4, target_modules=["q_proj"]))
         checkpoints.save_checkpoint({str(model_dir)!r}, 0, model, None, {{}})

@@ -78,7 +78,7 @@ def test_a_lock_left_by_a_killed_owner_is_taken_over(tmp_path: Path, tiny_model_
     holder = textwrap.dedent(f"""
         import time
         from pathlib import Path
-        from art_agents.server.folder_lock import lock_folder
+        from art_agents.server.storage.folder_lock import lock_folder
         lock_folder(Path({str(model_dir)!r}))
         print("locked", flush=True)
         time.sleep(60)
@@ -174,8 +174,8 @@ def test_a_reward_sent_as_text_is_refused(url: str) -> None:
 def test_a_full_disk_is_named_for_completions_and_train_steps(
     tmp_path: Path, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from art_agents.server import checkpoints
-    from art_agents.server.token_store import TokenStore
+    from art_agents.server.storage import checkpoints
+    from art_agents.server.storage.token_store import TokenStore
 
     insert = TokenStore._insert
 

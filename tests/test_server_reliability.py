@@ -15,8 +15,8 @@ import pytest
 from server_fixtures import start_server
 from test_server_admin import MESSAGES, register, train, trajectory
 
-from art_agents.server.engine import SamplingParams, TransformersEngine
-from art_agents.server.stream_text import IncrementalDecoder
+from art_agents.server.engines.transformers_engine import SamplingParams, TransformersEngine
+from art_agents.server.engines.stream_text import IncrementalDecoder
 from art_agents.train_config import ModelConfig
 
 
@@ -109,7 +109,7 @@ def test_names_are_matched_in_full_and_hosts_checked(url: str, tiny_model_path: 
 def test_the_scripted_engine_is_not_public_and_errors_do_not_leak(tmp_path: Path, tiny_model_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from art_agents.server.app import create_app
+    from art_agents.server.http.app import create_app
 
     app = create_app(tmp_path / "art")
 
@@ -166,7 +166,7 @@ def test_incremental_decoding_gives_the_full_decode(tokenizer: Any) -> None:
 
 
 def test_history_is_appended_and_a_torn_last_line_is_dropped(tmp_path: Path) -> None:
-    from art_agents.server.checkpoints import append_history
+    from art_agents.server.storage.checkpoints import append_history
 
     path = tmp_path / "history.jsonl"
     append_history(tmp_path, {"step": 1})
@@ -192,7 +192,7 @@ def test_a_client_that_hangs_up_mid_stream_frees_the_engine(url: str) -> None:
 def test_an_unauthenticated_body_is_refused_before_it_is_read(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from art_agents.server.app import create_app
+    from art_agents.server.http.app import create_app
 
     app = create_app(tmp_path / "art", api_key="secret", max_body_bytes=1000)
     with TestClient(app) as client:
@@ -201,8 +201,8 @@ def test_an_unauthenticated_body_is_refused_before_it_is_read(tmp_path: Path) ->
 
 
 def test_rollout_counts_and_tokens_of_deleted_steps_are_pruned(tmp_path: Path) -> None:
-    from art_agents.server.completions import RolloutCounts
-    from art_agents.server.token_store import TokenRecord, TokenStore
+    from art_agents.server.http.completions import RolloutCounts
+    from art_agents.server.storage.token_store import TokenRecord, TokenStore
 
     counts = RolloutCounts(limit=2)
     for rollout_id in ("a", "b", "a", "c"):

@@ -43,7 +43,7 @@ def client(base_url: str) -> openai.OpenAI:
 
 
 def store_for(art_path: Path, name: str):
-    from art_agents.server.token_store import TokenStore
+    from art_agents.server.storage.token_store import TokenStore
 
     return TokenStore(art_path / "tests" / "models" / name / "tokens" / "store.sqlite")
 

@@ -16,9 +16,9 @@ import art_agents as art
 from art_agents.distill import keep_best
 from art_agents.errors import ServerError
 from art_agents.local import LocalBackend
-from art_agents.server.quickstart import TOY_MODEL_CONFIG
-from art_agents.server.sequences import Policy, TrainingInputError, sft_sequences
-from art_agents.server.token_store import TokenStore
+from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
+from art_agents.server.training.sequences import Policy, TrainingInputError, sft_sequences
+from art_agents.server.storage.token_store import TokenStore
 from art_agents.utils.sft import create_lr_schedule, create_sft_dataset_iterator, iterate_file, train_sft_from_file
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}
@@ -284,7 +284,7 @@ def test_keep_best_keeps_rewarded_rollouts_best_first() -> None:
 async def test_a_failed_sft_checkpoint_rolls_back_to_the_last_good_step(
     backend: LocalBackend, tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from art_agents.server import checkpoints
+    from art_agents.server.storage import checkpoints
 
     model = await registered(backend, "rollback", tiny_model_path)
 
@@ -314,7 +314,7 @@ def test_each_batch_steps_on_its_own_gradients(tiny_model_path: Path, tokenizer:
     """Two batches in one call update exactly as two calls of one batch each: no gradient carries over."""
     from test_training_trainer import lora_model
 
-    from art_agents.server.trainer import PolicyTrainer
+    from art_agents.server.training.trainer import PolicyTrainer
 
     demos = [demonstration(), demonstration("Name Zorbia's capital.", "Quuxtown, of course.")]
     config = art.TrainSFTConfig(learning_rate=1e-2, batch_size=1)

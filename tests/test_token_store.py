@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from art_agents.server.token_store import TokenRecord, TokenStore
+from art_agents.server.storage.token_store import TokenRecord, TokenStore
 
 WRITERS = 16
 

@@ -14,8 +14,8 @@ import torch
 from test_training_trainer import lora_model
 from trl_reference import trl_grpo_loss, trl_pad_batch
 
-from art_agents.server.loss import BatchTotals, policy_loss, token_logprobs
-from art_agents.server.sequences import TrainSequence, merge_turns
+from art_agents.server.training.loss import BatchTotals, policy_loss, token_logprobs
+from art_agents.server.training.sequences import TrainSequence, merge_turns
 from art_agents.train_config import TrainConfig
 
 TEMPERATURE = 0.7
@@ -151,7 +151,7 @@ def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str) 
 def test_a_trajectory_weighs_the_same_merged_or_split(model: Any, loss_type: str) -> None:
     """A 3-turn trajectory as one merged sequence or as 3 sequences: the same loss and gradients,
     equal to TRL's for the merged sequence (one trajectory, one row)."""
-    from art_agents.server.sequences import _TurnTokens
+    from art_agents.server.training.sequences import _TurnTokens
 
     first, second, third = COMPLETIONS
     turns = [
@@ -193,6 +193,6 @@ def test_zero_mean_advantages_at_ratio_one_give_zero_loss_however_turns_merged(m
 
 
 def _turn(completion: list[int]) -> Any:
-    from art_agents.server.sequences import _TurnTokens
+    from art_agents.server.training.sequences import _TurnTokens
 
     return _TurnTokens(PROMPT, completion, [0.0] * len(completion), None, TEMPERATURE)

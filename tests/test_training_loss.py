@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from art_agents.server.loss import BatchTotals, policy_loss
+from art_agents.server.training.loss import BatchTotals, policy_loss
 from art_agents.train_config import TrainConfig
 
 MASK = [[0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1], [0, 1, 0, 1, 1, 0]]  # a merged sequence has a masked gap

@@ -7,8 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from art_agents.server.advantages import group_advantages
-from art_agents.server.sequences import _TurnTokens, merge_turns
+from art_agents.server.training.advantages import group_advantages
+from art_agents.server.training.sequences import _TurnTokens, merge_turns
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 tokens = st.lists(st.integers(0, 50), min_size=1, max_size=6)

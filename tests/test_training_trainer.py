@@ -12,7 +12,7 @@ import torch
 
 from art_agents.capture import record_completion
 from art_agents.server.chat_format import render_prompt_ids
-from art_agents.server.checkpoints import (
+from art_agents.server.storage.checkpoints import (
     append_history,
     checkpoint_path,
     delete_checkpoints,
@@ -21,9 +21,9 @@ from art_agents.server.checkpoints import (
     load_optimizer_state,
     save_checkpoint,
 )
-from art_agents.server.sequences import TrainingInputError
-from art_agents.server.token_store import TokenRecord, TokenStore
-from art_agents.server.trainer import PolicyTrainer
+from art_agents.server.training.sequences import TrainingInputError
+from art_agents.server.storage.token_store import TokenRecord, TokenStore
+from art_agents.server.training.trainer import PolicyTrainer
 from art_agents.train_config import TrainConfig
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
@@ -136,7 +136,7 @@ def test_micro_batching_and_gradient_checkpointing_do_not_change_the_update(
 
 
 def test_micro_batches_are_capped_by_padded_tokens() -> None:
-    from art_agents.server.trainer import _chunks
+    from art_agents.server.training.trainer import _chunks
 
     sequences = [SimpleNamespace(token_ids=[0] * n) for n in (30, 10, 12, 25, 8)]
     chunks = _chunks(sequences, size=4, tokens=50)  # type: ignore[arg-type]

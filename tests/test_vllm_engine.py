@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from server_fixtures import start_server
 
-from art_agents.server import checkpoints
+from art_agents.server.storage import checkpoints
 from art_agents.server.chat_format import render_prompt_ids
-from art_agents.server.engine import OlderStep, SamplingParams
-from art_agents.server.vllm_engine import VLLMEngine, VLLMError, vllm_args
-from art_agents.server.vllm_process import VLLMUnavailable
+from art_agents.server.engines.transformers_engine import OlderStep, SamplingParams
+from art_agents.server.engines.vllm_engine import VLLMEngine, VLLMError, vllm_args
+from art_agents.server.engines.vllm_process import VLLMUnavailable
 from art_agents.train_config import ModelConfig
 
 CONFIG = ModelConfig(engine="vllm", lora_rank=8, lora_alpha=16, vllm_sleep_mode=True, vllm_startup_timeout=120)
@@ -220,7 +220,7 @@ async def serve_vllm_model(url: str, base: Path, config: ModelConfig) -> Any:
 async def test_rollouts_served_by_vllm_train_with_no_retokenized_turn(
     fake_env: Path, tiny_model_path: Path, tmp_path: Path
 ) -> None:
-    from art_agents.server.quickstart import TOY_CONFIG, rollout_groups
+    from art_agents.server.ops.quickstart import TOY_CONFIG, rollout_groups
 
     with start_server(tmp_path / "art") as url:
         model = await serve_vllm_model(url, tiny_model_path, CONFIG.model_copy(update={"max_batch_size": 24}))
@@ -244,7 +244,7 @@ async def test_a_rejected_adapter_fails_the_step_and_the_last_one_keeps_serving(
     fake_env: Path, tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from art_agents.errors import ArtError
-    from art_agents.server.quickstart import TOY_CONFIG, rollout_groups
+    from art_agents.server.ops.quickstart import TOY_CONFIG, rollout_groups
 
     monkeypatch.setenv("FAKE_VLLM_REJECT", "@1")
     with start_server(tmp_path / "art") as url:
@@ -261,7 +261,7 @@ async def test_a_rejected_adapter_fails_the_step_and_the_last_one_keeps_serving(
 
 
 def test_engine_auto_is_transformers_without_cuda() -> None:
-    from art_agents.server.engine_choice import choose_engine, cuda_available
+    from art_agents.server.engines.registry import choose_engine, cuda_available
 
     if cuda_available():
         pytest.skip("this machine has CUDA")
@@ -282,8 +282,8 @@ def test_a_server_killed_with_sigkill_takes_its_vllm_with_it(
             "-c",
             "import sys, time\n"
             "from pathlib import Path\n"
-            "from art_agents.server.vllm_engine import vllm_args\n"
-            "from art_agents.server.vllm_process import VLLMLaunch, VLLMProcess\n"
+            "from art_agents.server.engines.vllm_engine import vllm_args\n"
+            "from art_agents.server.engines.vllm_process import VLLMLaunch, VLLMProcess\n"
             "from art_agents.train_config import ModelConfig\n"
             "config = ModelConfig(engine='vllm', lora_rank=8, lora_alpha=16)\n"
             "launch = VLLMLaunch(sys.argv[1], sys.argv[2], vllm_args(config, False), Path(sys.argv[3]), 120)\n"

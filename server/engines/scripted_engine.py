@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from art_agents.server.engine import OlderStep, Sample, TransformersEngine, _Request, load_peft_model
+from art_agents.server.engines.transformers_engine import OlderStep, Sample, TransformersEngine, _Request, load_peft_model
 from art_agents.train_config import ModelConfig
 
 

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from art_agents.server.advantages import group_advantages
-from art_agents.server.loss import BatchTotals, policy_loss, token_logprobs
-from art_agents.server.sequences import (
+from art_agents.server.training.advantages import group_advantages
+from art_agents.server.training.loss import BatchTotals, policy_loss, token_logprobs
+from art_agents.server.training.sequences import (
     Policy,
     TrainingInputError,
     TrainSequence,
@@ -38,7 +38,7 @@ from art_agents.wire import reward_stats
 if TYPE_CHECKING:
     import torch
 
-    from art_agents.server.token_store import TokenStore
+    from art_agents.server.storage.token_store import TokenStore
     from art_agents.train_config import TrainConfig, TrainSFTConfig
     from art_agents.trajectory import Trajectory, TrajectoryGroup
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass
 
-from art_agents.server.vllm_process import PYTHON_ENV, vllm_python
+from art_agents.server.engines.vllm_process import PYTHON_ENV, vllm_python
 from art_agents.train_config import ModelConfig
 
 

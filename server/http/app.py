@@ -27,7 +27,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from art_agents import wire
-from art_agents.server.completions import StreamDelta, StreamItem
+from art_agents.server.http.completions import StreamDelta, StreamItem
 from art_agents.server.errors import ServiceError, describe, disk_full
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.service import ArtService

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from art_agents.server.prefix_cache import BLOCK, PrefixCache
+from art_agents.server.engines.prefix_cache import BLOCK, PrefixCache
 
 
 class KVBatch:
@@ -205,7 +205,7 @@ class KVBatch:
         """Feed each row its pending token; returns the next-token logits [rows, vocab]."""
         import torch
 
-        from art_agents.server.roomy_layer import RoomyLayer
+        from art_agents.server.engines.roomy_layer import RoomyLayer
 
         if self.joinable:
             self.cache.layers = [RoomyLayer.adopt(layer) for layer in self.cache.layers]
@@ -248,7 +248,7 @@ def _full_attention(cache: Any) -> bool:
     those can be padded, merged and cut into prefixes."""
     from transformers.cache_utils import DynamicLayer
 
-    from art_agents.server.roomy_layer import RoomyLayer
+    from art_agents.server.engines.roomy_layer import RoomyLayer
 
     layers = getattr(cache, "layers", None)
     return layers is not None and all(type(layer) in (DynamicLayer, RoomyLayer) for layer in layers)

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from art_agents.jsonl import write_groups
 from art_agents.names import check_safe_name
-from art_agents.server import checkpoints
+from art_agents.server.storage import checkpoints
 from art_agents.server.errors import ServiceError, describe
 from art_agents.server.memory import trim_heap
-from art_agents.server.sequences import check_unique_completions
+from art_agents.server.training.sequences import check_unique_completions
 from art_agents.server.served_model import ServedModel
 from art_agents.trajectory import TrajectoryGroup, validate_groups
 from art_agents.wire import (
@@ -42,8 +42,8 @@ from art_agents.wire import (
 
 if TYPE_CHECKING:
     from art_agents.schema import Schema
-    from art_agents.server.sequences import Policy
-    from art_agents.server.trainer import PolicyTrainer, Progress
+    from art_agents.server.training.sequences import Policy
+    from art_agents.server.training.trainer import PolicyTrainer, Progress
 
 log = logging.getLogger("art_agents.server")
 
@@ -150,8 +150,8 @@ async def _step_events(served: ServedModel, step: _Step, spawn: Spawn) -> AsyncI
 
 
 async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> None:
-    from art_agents.server.sequences import Policy, TrainingInputError
-    from art_agents.server.trainer import PolicyTrainer
+    from art_agents.server.training.sequences import Policy, TrainingInputError
+    from art_agents.server.training.trainer import PolicyTrainer
 
     loop = asyncio.get_running_loop()
 

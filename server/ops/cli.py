@@ -10,7 +10,7 @@ import typer
 
 from art_agents.backend import DEFAULT_ART_PATH
 from art_agents.extras import require_extra
-from art_agents.server.quickstart import ROLLOUTS_PER_GROUP
+from art_agents.server.ops.quickstart import ROLLOUTS_PER_GROUP
 from art_agents.wire import RegisterRequest
 
 LOOPBACK_NAMES = {"localhost"}
@@ -84,7 +84,7 @@ def serve(
 
     import uvicorn
 
-    from art_agents.server.app import create_app
+    from art_agents.server.http.app import create_app
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if exit_with_parent is not None:
@@ -120,7 +120,7 @@ def _use_vllm_python(python: str | None) -> None:
     if python:
         import os
 
-        from art_agents.server.vllm_process import PYTHON_ENV
+        from art_agents.server.engines.vllm_process import PYTHON_ENV
 
         os.environ[PYTHON_ENV] = python
 
@@ -135,7 +135,7 @@ def doctor(
 
     import torch
 
-    from art_agents.server.engine_choice import choose_engine, find_vllm
+    from art_agents.server.engines.registry import choose_engine, find_vllm
     from art_agents.train_config import ModelConfig
 
     _use_vllm_python(vllm_python)
@@ -166,7 +166,7 @@ def tiny_model(
 ) -> None:
     """Build the tiny random model + BPE tokenizer + tool-capable chat template used by tests and the quickstart."""
     require_extra("server", purpose="art-agents tiny-model", load=False)
-    from art_agents.server.tiny_model import build_tiny_model
+    from art_agents.server.ops.tiny_model import build_tiny_model
 
     if arch not in ("qwen3", "llama"):
         raise typer.BadParameter("--arch must be qwen3 or llama")
@@ -188,10 +188,10 @@ def quickstart(
     """Train the tiny model offline on a toy reward and print the reward going up; a rerun continues."""
     require_extra("server", purpose="art-agents quickstart", load=False)
     from art_agents.cli import run_job
-    from art_agents.server.quickstart import model_folder, train_quickstart
+    from art_agents.server.ops.quickstart import model_folder, train_quickstart
 
     def interrupted() -> str:
-        from art_agents.server.checkpoints import latest_step
+        from art_agents.server.storage.checkpoints import latest_step
 
         step = latest_step(model_folder(art_path))
         saved = f"checkpoint {step} is saved" if step is not None else "nothing was saved yet"

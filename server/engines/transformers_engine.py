@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from art_agents.server.kv_batch import KVBatch
+from art_agents.server.engines.kv_batch import KVBatch
 from art_agents.server.memory import trim_heap
-from art_agents.server.prefix_cache import PrefillTokens, PrefixCache
-from art_agents.server.sampler import row_random, sample
-from art_agents.server.stream_text import IncrementalDecoder
+from art_agents.server.engines.prefix_cache import PrefillTokens, PrefixCache
+from art_agents.server.engines.sampler import row_random, sample
+from art_agents.server.engines.stream_text import IncrementalDecoder
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")

@@ -24,7 +24,7 @@ from art_agents.server.chat_format import oversized, render_ids, render_prompt_i
 from art_agents.trajectory import TrajectoryGroup, Turn
 
 if TYPE_CHECKING:
-    from art_agents.server.token_store import TokenStore
+    from art_agents.server.storage.token_store import TokenStore
     from art_agents.trajectory import Trajectory
 
 

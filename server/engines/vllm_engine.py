@@ -34,8 +34,8 @@ from typing import Any
 
 import httpx
 
-from art_agents.server.checkpoints import checkpoint_path
-from art_agents.server.engine import (
+from art_agents.server.storage.checkpoints import checkpoint_path
+from art_agents.server.engines.transformers_engine import (
     EngineBusy,
     OlderStep,
     Sample,
@@ -46,8 +46,8 @@ from art_agents.server.engine import (
     truncate_at_stop,
 )
 from art_agents.server.errors import ServiceError
-from art_agents.server.prefix_cache import PrefillTokens
-from art_agents.server.vllm_process import VLLMLaunch, VLLMProcess, VLLMUnavailable, vllm_python
+from art_agents.server.engines.prefix_cache import PrefillTokens
+from art_agents.server.engines.vllm_process import VLLMLaunch, VLLMProcess, VLLMUnavailable, vllm_python
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
