@@ -512,7 +512,8 @@ def serve_prompts(tokenizer: Any, sizes: Sizes, seed: int = 1) -> list[list[int]
 def serve_section(path: Path, sizes: Sizes, device: str, dtype_name: str, budget: Budget) -> None:
     import torch
 
-    from art_agents.server.engines.transformers_engine import SamplingParams, TransformersEngine
+    from art_agents.server.engines.protocol import SamplingParams
+    from art_agents.server.engines.transformers_engine import TransformersEngine
     from art_agents.train_config import ModelConfig
 
     if not budget.allows(sizes.section_seconds, "serving"):

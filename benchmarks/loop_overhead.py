@@ -77,7 +77,7 @@ class BareLoop:
         from trl.trainer.utils import disable_dropout_in_model
 
         from art_agents.server.chat_format import render_prompt_ids
-        from art_agents.server.engines.transformers_engine import load_peft_model
+        from art_agents.server.lora_model import load_peft_model
 
         self.model, self.tokenizer = load_peft_model(model_path, config)
         disable_dropout_in_model(self.model)

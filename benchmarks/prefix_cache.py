@@ -64,7 +64,8 @@ class Side:
     """One engine (cache on or off) and the scenarios run on it; counts the prompt tokens it computed."""
 
     def __init__(self, model: Any, tokenizer: Any, prefix_cache_mb: float, args: argparse.Namespace) -> None:
-        from art_agents.server.engines.transformers_engine import SamplingParams, TransformersEngine
+        from art_agents.server.engines.protocol import SamplingParams
+        from art_agents.server.engines.transformers_engine import TransformersEngine
         from art_agents.train_config import ModelConfig
 
         self.engine = TransformersEngine(model, tokenizer, ModelConfig(prefix_cache_mb=prefix_cache_mb))
@@ -152,7 +153,7 @@ def main() -> None:
 
     import torch
 
-    from art_agents.server.engines.transformers_engine import load_peft_model
+    from art_agents.server.lora_model import load_peft_model
     from art_agents.train_config import ModelConfig
 
     if args.threads:

@@ -85,7 +85,7 @@ class Baselines:
 
     def __init__(self, model_path: str, messages: list[list[dict[str, str]]], max_tokens: int) -> None:
         from art_agents.server.chat_format import render_prompt_ids
-        from art_agents.server.engines.transformers_engine import load_peft_model
+        from art_agents.server.lora_model import load_peft_model
         from art_agents.train_config import ModelConfig
 
         self.model, self.tokenizer = load_peft_model(model_path, ModelConfig())
@@ -156,7 +156,7 @@ class EngineSide:
         self.max_tokens = max_tokens
 
     def run(self, prompts: list[list[int]], n: int = 1) -> None:
-        from art_agents.server.engines.transformers_engine import SamplingParams
+        from art_agents.server.engines.protocol import SamplingParams
 
         params = SamplingParams(max_tokens=self.max_tokens, temperature=1.0, n=n)
 

@@ -1,4 +1,4 @@
-"""One served model: its folder, engine, token store and training lock, and how it is opened."""
+"""One served model: its folder, engine, trained policy, token store and training lock, and how it is opened."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from pathlib import Path
 
 from art_agents.atomic import write_text_atomic
 from art_agents.names import check_safe_name
-from art_agents.server.storage import checkpoints
-from art_agents.server.engines.transformers_engine import Engine
+from art_agents.server.engines.protocol import Engine
+from art_agents.server.engines.registry import load_engine
 from art_agents.server.errors import ServiceError
-from art_agents.server.storage.folder_lock import FolderInUse, FolderLock, lock_folder
 from art_agents.server.model_sources import ModelSources
+from art_agents.server.storage import checkpoints
+from art_agents.server.storage.folder_lock import FolderInUse, FolderLock, lock_folder
 from art_agents.server.storage.token_store import TokenStore
-from art_agents.train_config import ModelConfig
+from art_agents.server.training.policy_model import PolicyModel
 from art_agents.wire import ModelInfo, RegisterRequest
 
 log = logging.getLogger("art_agents.server")
@@ -27,6 +28,7 @@ class ServedModel:
     info: ModelInfo
     model_dir: Path
     engine: Engine
+    policy: PolicyModel  # what training trains; its adapter holds the served step's weights between steps
     store: TokenStore
     owner: FolderLock  # this process owns model_dir until close()
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # serialises training and checkpoint deletion
@@ -42,8 +44,7 @@ class ServedModel:
 
     @property
     def context_tokens(self) -> int | None:
-        """The model's context length (None if its config does not say): no sequence may be longer."""
-        return getattr(self.engine.model.config, "max_position_embeddings", None)
+        return self.policy.context_tokens
 
     async def close(self) -> None:
         try:
@@ -86,7 +87,8 @@ def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> Serve
     if request.config.engine != "scripted":
         ModelSources.find(request.base_model, request.config.gguf_file)
     try:
-        engine = _load_engine(request.base_model, request.config, request.name, model_dir)
+        engine = load_engine(request.base_model, request.config, request.name, model_dir)
+        policy = PolicyModel.load(request.base_model, request.config, engine.tokenizer, engine.base_weights())
     except ServiceError:
         raise
     except Exception as exc:
@@ -95,8 +97,9 @@ def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> Serve
     step = checkpoints.latest_step(model_dir)
     if step is None:
         step = 0
-        checkpoints.save_checkpoint(model_dir, 0, engine.model, None, {"initialised_with_seed": request.config.seed})
+        checkpoints.save_checkpoint(model_dir, 0, policy.model, None, {"initialised_with_seed": request.config.seed})
     else:
+        policy.load_checkpoint(checkpoints.checkpoint_path(model_dir, step))
         engine.load_adapter(checkpoints.checkpoint_path(model_dir, step))
     engine.step = step
     write_text_atomic(meta, request.model_dump_json(indent=2))
@@ -105,22 +108,4 @@ def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> Serve
         name=request.name, project=request.project, base_model=request.base_model, step=step, config=request.config
     )
     log.info("serving %s@%d from %s", request.name, step, model_dir)
-    return ServedModel(info=info, model_dir=model_dir, engine=engine, store=store, owner=owner)
-
-
-def _load_engine(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
-    from art_agents.server.engines.registry import choose_engine
-
-    engine, why = choose_engine(config)
-    log.info("model %s is served by the %s engine: %s", name, engine, why)
-    if engine == "transformers":
-        from art_agents.server.engines.transformers_engine import TransformersEngine
-
-        return TransformersEngine.load(base_model, config)
-    if engine == "vllm":
-        from art_agents.server.engines.vllm_engine import VLLMEngine
-
-        return VLLMEngine.load(base_model, config, name=name, model_dir=model_dir)
-    from art_agents.server.engines.scripted_engine import ScriptedEngine
-
-    return ScriptedEngine.load(base_model, config)
+    return ServedModel(info=info, model_dir=model_dir, engine=engine, policy=policy, store=store, owner=owner)

@@ -1,7 +1,7 @@
 """The server's state and operations, independent of HTTP: the facade `create_app` calls.
 
 `ArtService` holds every registered model (`ServedModel`) and delegates the work: opening a model
-(served_model.py), chat completions (completions.py) and train calls (training_service.py).
+(served_model.py), chat completions (completions.py) and train calls (train_steps.py).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from art_agents.jsonl import read_history
-from art_agents.server.storage import checkpoints
-from art_agents.server.http.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
-from art_agents.server.engines.transformers_engine import OlderStep
+from art_agents.server.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
+from art_agents.server.engines.protocol import OlderStep
 from art_agents.server.errors import ServiceError
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.served_model import ServedModel, check_name, open_served_model
+from art_agents.server.storage import checkpoints
 from art_agents.server.train_steps import record_log, sft_events, train_events
 from art_agents.wire import (
     DEFAULT_BEST_METRIC,

@@ -1,12 +1,13 @@
-"""One train call of a served model (an RL step or an SFT call): pause generation, train in place, commit
-checkpoint N+1, serve it. Both kinds share the lock, the pause, the commit and the rollback, so RL and SFT
+"""One train call of a served model (an RL step or an SFT call): train the policy, commit checkpoint N+1,
+publish it to the engine, serve it. Both kinds share the lock, the commit and the rollback, so RL and SFT
 steps form one lineage; the history row's `kind` ("rl" or "sft") tells them apart.
 
-The trainer updates the served PEFT model in place while the engine is paused. Checkpoint N+1 is
-the commit: only once it, its trajectories and its history row are on disk does the model serve
-N+1. If any of that fails, the adapter weights are reloaded from checkpoint N, so the served
-step and the served weights always agree (the optimizer state needs no undo: each call loads it
-from the checkpoint it starts from).
+The trainer trains the model's own policy (training/policy_model.py) while the engine serves step N beside it
+(or sleeps, if it shares the trainer's GPU: `Engine.beside_training`). Checkpoint N+1 is the commit: the engine
+is paused briefly while it is written from the policy, loaded by the engine and recorded in the history; only
+then is N+1 served. If any of that fails, the policy and the engine are set back to checkpoint N, so the served
+step and the served weights always agree (the optimizer state needs no undo: each call loads it from the
+checkpoint it starts from).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from art_agents.jsonl import write_groups
 from art_agents.names import check_safe_name
-from art_agents.server.storage import checkpoints
 from art_agents.server.errors import ServiceError, describe
 from art_agents.server.memory import trim_heap
-from art_agents.server.training.sequences import check_unique_completions
 from art_agents.server.served_model import ServedModel
+from art_agents.server.storage import checkpoints
+from art_agents.server.training.sequences import check_unique_completions
 from art_agents.trajectory import TrajectoryGroup, validate_groups
 from art_agents.wire import (
     LogRequest,
@@ -160,11 +161,11 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
         loop.call_soon_threadsafe(events.put_nowait, event)
 
     try:
-        async with served.lock, served.engine.paused():
+        async with served.lock:
             started = time.perf_counter()
             step = served.step
             optimizer_state = await asyncio.to_thread(checkpoints.load_optimizer_state, served.model_dir, step)
-            trainer = PolicyTrainer(served.engine.model, served.engine.tokenizer, served.store, optimizer_state)
+            trainer = PolicyTrainer(served.policy.model, served.policy.tokenizer, served.store, optimizer_state)
             try:
                 policy = Policy(
                     served.info.name,
@@ -174,14 +175,18 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
                     served.engine.longest_token_bytes,
                     spec.truncate,
                 )
-                metrics = await asyncio.to_thread(spec.run, trainer, policy, progress)
+                async with served.engine.beside_training():
+                    metrics = await asyncio.to_thread(spec.run, trainer, policy, progress)
             finally:
-                served.engine.model.eval()
+                served.policy.model.eval()
                 trim_heap()
             metrics |= served.engine.prefill_tokens.take_metrics()  # the rollouts since the previous step
             if not metrics.get("skipped"):
-                await asyncio.to_thread(_commit, served, step + 1, trainer.optimizer_state(), metrics, spec, started)
-                step = served.engine.step = step + 1
+                async with served.engine.paused():
+                    await asyncio.to_thread(
+                        _commit, served, step + 1, trainer.optimizer_state(), metrics, spec, started
+                    )
+                    step = served.engine.step = step + 1
             metrics = {**metrics, "step": float(step)}
         log.info("%s trained (%s): step %d %s", served.info.name, spec.kind, step, json.dumps(metrics))
         events.put_nowait(spec.event(type="result", result=spec.result(step, metrics)))
@@ -212,9 +217,9 @@ def _commit(
         checkpoints.refuse_existing(checkpoints.checkpoint_path(served.model_dir, step))  # before writing any of it
         write_groups(groups_path, spec.groups)
         path = checkpoints.save_checkpoint(
-            served.model_dir, step, served.engine.model, optimizer_state, {"metrics": metrics, "config": config}
+            served.model_dir, step, served.policy.model, optimizer_state, {"metrics": metrics, "config": config}
         )
-        served.engine.publish_checkpoint(step, path)  # an engine serving a copy of the weights (vLLM) loads it
+        served.engine.publish_checkpoint(step, path)
         metrics["step_s"] = time.perf_counter() - started
         checkpoints.append_history(
             served.model_dir,
@@ -257,10 +262,11 @@ def record_log(served: ServedModel, request: LogRequest) -> LogResult:
 
 
 def _roll_back(served: ServedModel, step: int, groups_path: Path | None, failure: str) -> None:
-    """Put checkpoint step-1's adapter weights back in the model and remove what was written for `step`
-    (`groups_path` None: nothing was, and the step's files on disk belong to another writer)."""
+    """Put checkpoint step-1's adapter weights back in the policy and the engine and remove what was written for
+    `step` (`groups_path` None: nothing was, and the step's files on disk belong to another writer)."""
     good = step - 1
     try:
+        served.policy.load_checkpoint(checkpoints.checkpoint_path(served.model_dir, good))
         served.engine.load_adapter(checkpoints.checkpoint_path(served.model_dir, good))
         if groups_path is not None:
             checkpoints.discard_checkpoint(served.model_dir, step)

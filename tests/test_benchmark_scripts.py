@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -86,3 +87,10 @@ def test_prefix_cache_runs_on_the_tiny_model() -> None:
         rf"group {RATIO} \[goal <= 0\.3x: (met|missed)\]; prefill tokens computed per rollout \d+ vs \d+", summary
     ), summary
     assert re.search(rf"conversation {RATIO} \[goal <= 0\.4x: (met|missed)\]", summary), summary
+
+
+def test_train_memory_reads_the_servers_resident_memory_through_registering_and_training() -> None:
+    out = run_script("train_memory.py", "--tiny", "--steps", "1", "--groups", "1", "--group-size", "2")
+    result = json.loads(out[out.index("{") :])
+    assert result["steps"] == 1 and 0 < result["rss_mb_registered"] <= result["rss_mb_peak"]
+    assert result["rss_mb_after_steps"] <= result["rss_mb_peak"]

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from art_agents.server.chat_format import render_prompt_ids
-from art_agents.server.engines.transformers_engine import SamplingParams, TransformersEngine
 from art_agents.server.engines.kv_batch import KVBatch
+from art_agents.server.engines.protocol import SamplingParams
+from art_agents.server.engines.transformers_engine import TransformersEngine
 from art_agents.train_config import ModelConfig
 
 SEEDED = SamplingParams(max_tokens=12, seed=9, temperature=0.8)
@@ -164,7 +165,7 @@ async def test_a_request_for_the_current_step_by_number_is_served_by_the_latest_
     engine: TransformersEngine,
 ) -> None:
     """`name@N` resolved just before step N became the latest still names a step this engine serves."""
-    from art_agents.server.engines.transformers_engine import OlderStep
+    from art_agents.server.engines.protocol import OlderStep
 
     alone = (await engine.generate(prompt(engine, 5), SEEDED))[0]
     by_number = await asyncio.wait_for(

@@ -19,8 +19,9 @@ from art_agents import TrajectoryGroup
 from art_agents.backend import RemoteBackend
 from art_agents.model import TrainableModel
 from art_agents.server.chat_format import render_prompt_ids
-from art_agents.server.engines.transformers_engine import Sample, SamplingParams, TransformersEngine
 from art_agents.server.engines.prefix_cache import BLOCK, NODE_BYTES, PrefixCache
+from art_agents.server.engines.protocol import Sample, SamplingParams
+from art_agents.server.engines.transformers_engine import TransformersEngine
 from art_agents.train_config import ModelConfig, TrainConfig
 
 SEEDED = SamplingParams(max_tokens=10, seed=5, temperature=0.9)
@@ -170,7 +171,7 @@ async def test_the_cache_is_dropped_after_a_pause_and_on_loading_an_adapter_and_
     on.model.save_pretrained(tmp_path / "adapter")
     on.load_adapter(tmp_path / "adapter")
     assert len(on.prefix_cache) == 0
-    from art_agents.server.engines.transformers_engine import OlderStep
+    from art_agents.server.engines.protocol import OlderStep
 
     on.step = 1
     await on.generate(prompt, SEEDED, older=OlderStep(0, tmp_path / "adapter"))

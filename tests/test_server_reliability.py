@@ -15,8 +15,9 @@ import pytest
 from server_fixtures import start_server
 from test_server_admin import MESSAGES, register, train, trajectory
 
-from art_agents.server.engines.transformers_engine import SamplingParams, TransformersEngine
+from art_agents.server.engines.protocol import SamplingParams
 from art_agents.server.engines.stream_text import IncrementalDecoder
+from art_agents.server.engines.transformers_engine import TransformersEngine
 from art_agents.train_config import ModelConfig
 
 
@@ -201,7 +202,7 @@ def test_an_unauthenticated_body_is_refused_before_it_is_read(tmp_path: Path) ->
 
 
 def test_rollout_counts_and_tokens_of_deleted_steps_are_pruned(tmp_path: Path) -> None:
-    from art_agents.server.http.completions import RolloutCounts
+    from art_agents.server.completions import RolloutCounts
     from art_agents.server.storage.token_store import TokenRecord, TokenStore
 
     counts = RolloutCounts(limit=2)

@@ -17,8 +17,8 @@ from art_agents.distill import keep_best
 from art_agents.errors import ServerError
 from art_agents.local import LocalBackend
 from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
-from art_agents.server.training.sequences import Policy, TrainingInputError, sft_sequences
 from art_agents.server.storage.token_store import TokenStore
+from art_agents.server.training.sequences import Policy, TrainingInputError, sft_sequences
 from art_agents.utils.sft import create_lr_schedule, create_sft_dataset_iterator, iterate_file, train_sft_from_file
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}

@@ -21,8 +21,8 @@ from art_agents.backend import RemoteBackend
 from art_agents.capture import rollout
 from art_agents.errors import ArtError
 from art_agents.model import Model, TrainableModel
-from art_agents.server.training.sequences import build_sequences
 from art_agents.server.storage.token_store import TokenStore
+from art_agents.server.training.sequences import build_sequences
 from art_agents.server.training.trainer import PolicyTrainer
 from art_agents.train_config import TrainConfig
 

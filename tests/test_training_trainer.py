@@ -21,8 +21,8 @@ from art_agents.server.storage.checkpoints import (
     load_optimizer_state,
     save_checkpoint,
 )
-from art_agents.server.training.sequences import TrainingInputError
 from art_agents.server.storage.token_store import TokenRecord, TokenStore
+from art_agents.server.training.sequences import TrainingInputError
 from art_agents.server.training.trainer import PolicyTrainer
 from art_agents.train_config import TrainConfig
 from art_agents.trajectory import Trajectory, TrajectoryGroup

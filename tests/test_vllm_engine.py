@@ -20,11 +20,12 @@ from typing import Any
 import pytest
 from server_fixtures import start_server
 
-from art_agents.server.storage import checkpoints
 from art_agents.server.chat_format import render_prompt_ids
-from art_agents.server.engines.transformers_engine import OlderStep, SamplingParams
+from art_agents.server.engines.protocol import OlderStep, SamplingParams
 from art_agents.server.engines.vllm_engine import VLLMEngine, VLLMError, vllm_args
 from art_agents.server.engines.vllm_process import VLLMUnavailable
+from art_agents.server.lora_model import load_peft_model
+from art_agents.server.storage import checkpoints
 from art_agents.train_config import ModelConfig
 
 CONFIG = ModelConfig(engine="vllm", lora_rank=8, lora_alpha=16, vllm_sleep_mode=True, vllm_startup_timeout=120)
@@ -60,22 +61,28 @@ def events_of(path: Path, kind: str | None = None) -> list[dict[str, Any]]:
 
 
 def open_engine(base: Path, model_dir: Path, config: ModelConfig = CONFIG) -> VLLMEngine:
-    """As the server opens a new model: the engine, then checkpoint 0 saved from its PEFT model."""
+    """As the server opens a new model: the engine, then checkpoint 0 saved from the policy's fresh (seeded) LoRA."""
     engine = VLLMEngine.load(str(base), config, name="m", model_dir=model_dir)
-    checkpoints.save_checkpoint(model_dir, 0, engine.model, None, {})
+    checkpoints.save_checkpoint(model_dir, 0, load_peft_model(str(base), config)[0], None, {})
     return engine
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_path: Path) -> Any:
+    """The trainer's model as it stands at step 0 (the same seeded LoRA as checkpoint 0)."""
+    return load_peft_model(str(tiny_model_path), CONFIG)[0]
 
 
 def prompt_of(tokenizer: Any, text: str) -> list[int]:
     return render_prompt_ids(tokenizer, [{"role": "user", "content": text}], None)
 
 
-def tempered_logprobs(engine: VLLMEngine, prompt: list[int], ids: list[int], temperature: float) -> list[float]:
-    """What the trainer computes for these tokens: log-softmax(logits / T) of the in-process model."""
+def tempered_logprobs(policy: Any, prompt: list[int], ids: list[int], temperature: float) -> list[float]:
+    """What the trainer computes for these tokens: log-softmax(logits / T) of its policy."""
     import torch
 
     with torch.inference_mode():
-        logits = engine.model(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
+        logits = policy(input_ids=torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float()
     return torch.log_softmax(logits / temperature, -1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist()
 
 
@@ -117,7 +124,7 @@ async def engine(
 
 
 async def test_generate_returns_ids_and_logprobs_at_the_sampling_temperature(
-    engine: tuple[VLLMEngine, Path], tokenizer: Any
+    engine: tuple[VLLMEngine, Path], tokenizer: Any, policy: Any
 ) -> None:
     vllm, events = engine
     prompt = prompt_of(tokenizer, "hi")
@@ -128,7 +135,7 @@ async def test_generate_returns_ids_and_logprobs_at_the_sampling_temperature(
     for choice, sample in enumerate(samples):
         assert sample.temperature == 0.7
         assert [t for c, t in seen if c == choice] == sample.token_ids  # streamed as sampled
-        assert sample.logprobs == pytest.approx(tempered_logprobs(vllm, prompt, sample.token_ids, 0.7), abs=1e-4)
+        assert sample.logprobs == pytest.approx(tempered_logprobs(policy, prompt, sample.token_ids, 0.7), abs=1e-4)
     again = await vllm.generate(prompt, params)
     assert [s.token_ids for s in again] == [s.token_ids for s in samples]  # seeded
     sent = events_of(events, "completion")[-1]
@@ -136,7 +143,7 @@ async def test_generate_returns_ids_and_logprobs_at_the_sampling_temperature(
 
 
 async def test_a_new_step_is_served_and_an_older_one_is_the_older_adapter(
-    engine: tuple[VLLMEngine, Path], tokenizer: Any
+    engine: tuple[VLLMEngine, Path], tokenizer: Any, policy: Any
 ) -> None:
     import torch
 
@@ -144,17 +151,17 @@ async def test_a_new_step_is_served_and_an_older_one_is_the_older_adapter(
     prompt = prompt_of(tokenizer, "step")
     params = SamplingParams(max_tokens=6, temperature=0)
     before = (await vllm.generate(prompt, params))[0]
-    async with vllm.paused():  # what training does: change the weights, save, publish, serve N+1
+    async with vllm.beside_training():  # what training does: change the weights, save, publish, serve N+1
         with torch.no_grad():
-            for name, weight in vllm.model.named_parameters():
+            for name, weight in policy.named_parameters():
                 if "lora_B" in name:
                     weight.normal_(0, 0.5)
-        path = checkpoints.save_checkpoint(vllm.model_dir, 1, vllm.model, None, {})
+        path = checkpoints.save_checkpoint(vllm.model_dir, 1, policy, None, {})
         await asyncio.to_thread(vllm.publish_checkpoint, 1, path)
         vllm.step = 1
     after = (await vllm.generate(prompt, params))[0]
     assert after.step == 1 and after.logprobs == pytest.approx(
-        tempered_logprobs(vllm, prompt, after.token_ids, 1.0), abs=1e-4
+        tempered_logprobs(policy, prompt, after.token_ids, 1.0), abs=1e-4
     )
     old = (await vllm.generate(prompt, params, older=OlderStep(0, checkpoints.checkpoint_path(vllm.model_dir, 0))))[0]
     assert old.step == 0 and old.token_ids == before.token_ids and old.logprobs == pytest.approx(before.logprobs)

@@ -1,12 +1,22 @@
-"""Which engine serves a model: `engine="auto"` resolved, with the reason (also printed by `art-agents doctor`)."""
+"""Which engine serves a model, and how each is loaded: `engine="auto"` resolved with the reason (also printed by
+`art-agents doctor`). A new engine is a loader here and its name in `ModelConfig.engine`."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from art_agents.server.engines.protocol import Engine
 from art_agents.server.engines.vllm_process import PYTHON_ENV, vllm_python
 from art_agents.train_config import ModelConfig
+
+log = logging.getLogger("art_agents.server")
+
+EngineLoader = Callable[[str, ModelConfig, str, Path], Engine]
+"""(base_model, config, model name, model folder) -> a loaded engine."""
 
 
 @dataclass(frozen=True)
@@ -50,3 +60,30 @@ def choose_engine(config: ModelConfig) -> tuple[str, str]:
         missing = install.problem or f"vLLM is not installed in {install.python}"
         return "transformers", f"{missing}; install it there or point {PYTHON_ENV} / --vllm-python at its python"
     return "vllm", f"CUDA is available and vLLM {install.version} is installed in {install.python}"
+
+
+def _transformers(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
+    from art_agents.server.engines.transformers_engine import TransformersEngine
+
+    return TransformersEngine.load(base_model, config)
+
+
+def _vllm(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
+    from art_agents.server.engines.vllm_engine import VLLMEngine
+
+    return VLLMEngine.load(base_model, config, name=name, model_dir=model_dir)
+
+
+def _scripted(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
+    from art_agents.server.engines.scripted_engine import ScriptedEngine
+
+    return ScriptedEngine.load(base_model, config)
+
+
+ENGINES: dict[str, EngineLoader] = {"transformers": _transformers, "vllm": _vllm, "scripted": _scripted}
+
+
+def load_engine(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
+    engine, why = choose_engine(config)
+    log.info("model %s is served by the %s engine: %s", name, engine, why)
+    return ENGINES[engine](base_model, config, name, model_dir)

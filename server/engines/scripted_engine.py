@@ -11,7 +11,10 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from art_agents.server.engines.transformers_engine import OlderStep, Sample, TransformersEngine, _Request, load_peft_model
+from art_agents.server.engines.protocol import OlderStep, Sample
+from art_agents.server.engines.requests import Request
+from art_agents.server.engines.transformers_engine import TransformersEngine
+from art_agents.server.lora_model import load_peft_model
 from art_agents.train_config import ModelConfig
 
 
@@ -36,7 +39,7 @@ class ScriptedEngine(TransformersEngine):
                 except Exception as exc:
                     self._answer(request, exc)
 
-    def _scripted(self, request: _Request, choice: int, step: int) -> Sample:
+    def _scripted(self, request: Request, choice: int, step: int) -> Sample:
         import torch
 
         text = next(self._texts)

@@ -1,4 +1,4 @@
-"""Engines: generate completions from the served LoRA, with token ids and logprobs.
+"""The transformers engine: generate completions from the served LoRA, with token ids and logprobs.
 
 `TransformersEngine` runs everywhere (CPU or GPU). It batches continuously: a worker thread decodes
 every running row one token per pass, a request that arrives joins at the next pass (its prompt
@@ -10,13 +10,13 @@ trainer will recompute: log-softmax of the logits divided by the sampling temper
 before top-p. The trainer trains that tempered, untruncated policy; top-p only narrows which tokens
 get drawn, and the sampler's logprobs on the same basis make any gap between the two measurable.
 
-The service pauses the engine while training updates `engine.model` in place; requests that
-arrive meanwhile wait in the queue and are served by the new step; pausing stops admission, so the
-running rows finish first.
+The engine serves on while a step trains: the trainer trains its own LoRA over the same base weights
+(`base_weights`). Publishing step N+1 pauses it briefly (running rows finish, none join; requests that arrive
+meanwhile wait in the queue and are served by the new step) while the new adapter weights are loaded.
 
 A prefix cache (`ModelConfig.prefix_cache_mb`) keeps the KV state of prompts and finished rows, so a prompt
 prefills only what follows its longest cached prefix. It holds the current step's adapter only: it is emptied
-whenever the weights may change (after every pause, such as a training step, and on loading an adapter), and
+whenever the weights may change (after every pause, such as a publish, and on loading an adapter), and
 requests for an older step neither use nor fill it.
 """
 
@@ -28,174 +28,23 @@ import concurrent.futures
 import contextlib
 import inspect
 import logging
-import random
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from art_agents.server.engines.kv_batch import KVBatch
-from art_agents.server.memory import trim_heap
 from art_agents.server.engines.prefix_cache import PrefillTokens, PrefixCache
+from art_agents.server.engines.protocol import EngineBusy, OlderStep, Sample, SamplingParams, TokenCallback
+from art_agents.server.engines.requests import Request, Row, truncate_at_stop
 from art_agents.server.engines.sampler import row_random, sample
 from art_agents.server.engines.stream_text import IncrementalDecoder
+from art_agents.server.lora_model import load_lora_weights, load_peft_model, stop_token_ids
+from art_agents.server.memory import trim_heap
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
-
-
-@dataclass
-class SamplingParams:
-    max_tokens: int
-    n: int = 1
-    temperature: float = 1.0
-    top_p: float = 1.0
-    stop: list[str] = field(default_factory=list)
-    seed: int | None = None
-
-    @property
-    def logprob_temperature(self) -> float:
-        """The temperature logprobs are taken at: the sampling one, or 1 for greedy decoding."""
-        return self.temperature if self.temperature > 0 else 1.0
-
-
-@dataclass
-class Sample:
-    """One choice: the sampled ids, their logprobs, the text they decode to, and why it ended."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
-    finish_reason: Literal["stop", "length", "cancelled"]
-    step: int
-    temperature: float = 1.0  # of the logprobs
-
-
-class Engine(Protocol):
-    """What the service needs from an engine (the vLLM engine implements the same)."""
-
-    model: Any  # a peft.PeftModel with adapter "default"; the trainer updates it in place
-    tokenizer: Any
-    step: int
-    longest_token_bytes: int  # the most bytes one token stands for: sizes requests before tokenizing
-    prefill_tokens: PrefillTokens  # prompt tokens computed and served from a prefix cache, for the step's history
-
-    async def generate(
-        self,
-        prompt_ids: list[int],
-        params: SamplingParams,
-        on_token: TokenCallback | None = None,
-        older: OlderStep | None = None,
-        cancel: threading.Event | None = None,
-    ) -> list[Sample]: ...
-    def load_adapter(self, path: str | Path) -> None: ...
-    def publish_checkpoint(self, step: int, path: Path) -> None: ...
-    def forget_older(self) -> None: ...
-    def paused(self) -> contextlib.AbstractAsyncContextManager[None]: ...
-    async def close(self) -> None: ...
-
-
-TokenCallback = Callable[[int, int], None]
-"""Called from the engine's worker thread with (choice index, token id) as each token is sampled."""
-
-
-class EngineBusy(RuntimeError):
-    """The engine's queue is full (`ModelConfig.max_queued_requests`); the client should retry later."""
-
-    def __init__(self, queued: int) -> None:
-        super().__init__(f"the engine already has {queued} requests waiting; retry later")
-
-
-@dataclass(frozen=True)
-class OlderStep:
-    """A checkpoint before the latest, served on request (`name@N`): its step and folder."""
-
-    step: int
-    checkpoint: Path
-
-
-@dataclass
-class _Request:
-    prompt_ids: list[int]
-    params: SamplingParams
-    future: asyncio.Future[list[Sample]]
-    on_token: TokenCallback | None = None
-    older: OlderStep | None = None
-    cancel: threading.Event | None = None  # set when the client went away: stop at the next token
-    streamed: bool = False  # tokens already went out to the client
-    alone: bool = False  # failed in a batch: retried in a batch of its own
-    samples: list[Sample | None] = field(default_factory=list)  # by choice, filled as rows finish
-
-
-@dataclass
-class _Row:
-    """One choice being decoded: its random stream, the tokens so far, and (with stop strings) its text."""
-
-    request: _Request
-    choice: int
-    random: random.Random
-    text: IncrementalDecoder | None
-    ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    finish: str | None = None
-
-
-def _device(config: ModelConfig) -> str:
-    import torch
-
-    if config.device != "auto":
-        return config.device
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _dtype(config: ModelConfig, device: str) -> Any:
-    import torch
-
-    if config.dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    return getattr(torch, config.dtype)
-
-
-def load_peft_model(base_model: str, config: ModelConfig) -> tuple[Any, Any]:
-    """The base model with a fresh LoRA adapter "default" (seeded), and its tokenizer."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    device = _device(config)
-    extra = {"gguf_file": config.gguf_file} if config.gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(base_model, **extra)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=_dtype(config, device), **extra).to(device)
-    lora = LoraConfig(
-        r=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=list(config.target_modules),
-        task_type="CAUSAL_LM",
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
-        peft_model = get_peft_model(model, lora)
-    peft_model.eval()
-    return peft_model, tokenizer
-
-
-def stop_token_ids(model: Any, tokenizer: Any) -> set[int]:
-    ids: set[int] = set()
-    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list):
-            ids.update(int(v) for v in value)
-    return ids
-
-
-def truncate_at_stop(text: str, stop: list[str]) -> str | None:
-    """The text before the first stop string, or None when none occurs."""
-    cuts = [text.index(s) for s in stop if s and s in text]
-    return text[: min(cuts)] if cuts else None
 
 
 def _decoding_thread() -> concurrent.futures.ThreadPoolExecutor:
@@ -214,13 +63,13 @@ class TransformersEngine:
         self.config = config
         self.step = step
         self.device = next(model.parameters()).device
-        self._stop_ids = stop_token_ids(model, tokenizer)
+        self._stop_ids = stop_token_ids(model.generation_config, tokenizer)
         self.longest_token_bytes = max((len(t.encode()) for t in tokenizer.get_vocab()), default=1)
         self._pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(self._stop_ids, default=0)
         # transformers 5.2x renamed `past_key_values` to `cache` (argument and output); use what this model takes
         forward = inspect.signature(model.get_base_model().forward).parameters
         self._cache_kw = "cache" if "cache" in forward else "past_key_values"
-        self._pending: collections.deque[_Request] = collections.deque()
+        self._pending: collections.deque[Request] = collections.deque()
         self._wakeup = asyncio.Event()
         self._gate = asyncio.Lock()  # held by a running batch or by training
         self._lock = threading.Lock()  # the worker thread takes from `_pending` while the event loop adds
@@ -236,22 +85,21 @@ class TransformersEngine:
         model, tokenizer = load_peft_model(base_model, config)
         return cls(model, tokenizer, config)
 
-    def load_adapter(self, path: str | Path) -> None:
-        """Load a checkpoint's adapter weights into the served adapter (restart, rollback)."""
-        from peft import load_peft_weights, set_peft_model_state_dict
+    def base_weights(self) -> Any:
+        return self.model
 
+    def load_adapter(self, path: str | Path) -> None:
+        """Serve a checkpoint's adapter weights (opening, rollback, publishing a step)."""
         self._forget_prefixes()
-        weights = load_peft_weights(str(path), device=str(self.device))
-        result = set_peft_model_state_dict(self.model, weights, adapter_name="default")
-        unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
-        if unexpected:
-            raise ValueError(
-                f"checkpoint {path} does not match this model's LoRA config: unexpected keys {unexpected[:3]}"
-            )
-        self.model.eval()
+        load_lora_weights(self.model, path)
 
     def publish_checkpoint(self, step: int, path: Path) -> None:
-        """Nothing to do: the trainer updated this engine's own weights (an engine serving a copy loads `path`)."""
+        self.load_adapter(path)
+
+    @contextlib.asynccontextmanager
+    async def beside_training(self) -> AsyncIterator[None]:
+        """Serve on: the trainer trains its own adapter over the shared base weights."""
+        yield
 
     @contextlib.asynccontextmanager
     async def paused(self) -> AsyncIterator[None]:
@@ -289,7 +137,7 @@ class TransformersEngine:
             self._worker = asyncio.create_task(self._run(), name="art-engine")
         future: asyncio.Future[list[Sample]] = asyncio.get_running_loop().create_future()
         with self._lock:
-            self._pending.append(_Request(list(prompt_ids), params, future, on_token, older, cancel))
+            self._pending.append(Request(list(prompt_ids), params, future, on_token, older, cancel))
         self._wakeup.set()
         return await future
 
@@ -345,12 +193,12 @@ class TransformersEngine:
             _, name = self._older.popitem()
             self.model.delete_adapter(name)
 
-    def _take(self, older: OlderStep | None, running: int) -> list[_Request]:
+    def _take(self, older: OlderStep | None, running: int) -> list[Request]:
         """Waiting requests that join a batch of `running` rows, oldest first: up to max_batch_size rows, all for
         `older`'s checkpoint (a request for another stops admission, so that checkpoint is served next)."""
         if self._holds:
             return []
-        taken: list[_Request] = []
+        taken: list[Request] = []
         rows = running
         with self._lock:
             for request in self._pending:
@@ -390,7 +238,7 @@ class TransformersEngine:
             return KVBatch(self.model, self._cache_kw, self._pad_id, self.device, prefixes)
 
         batch = new_batch()
-        rows: list[_Row] = []
+        rows: list[Row] = []
         while True:
             if not rows:
                 self._await_arrivals()
@@ -414,7 +262,7 @@ class TransformersEngine:
                 self._fail({id(r.request): r.request for r in rows} | {id(r): r for r in arrivals}, exc)
                 batch, rows = new_batch(), []
 
-    def _join(self, batch: KVBatch, arrivals: list[_Request], step: int) -> list[_Row]:
+    def _join(self, batch: KVBatch, arrivals: list[Request], step: int) -> list[Row]:
         """Prefill the arrivals' distinct prompts once, add a row per choice, and sample each row's first token."""
         distinct: dict[tuple[int, ...], int] = {}
         rows, copies = [], []
@@ -424,7 +272,7 @@ class TransformersEngine:
             for choice in range(request.params.n):
                 seed = None if request.params.seed is None else request.params.seed + choice
                 decoder = IncrementalDecoder(self.tokenizer) if request.params.stop else None
-                rows.append(_Row(request, choice, row_random(seed), decoder))
+                rows.append(Row(request, choice, row_random(seed), decoder))
                 copies.append(prompt)
         try:
             order, logits = batch.join(list(distinct), copies)
@@ -439,7 +287,7 @@ class TransformersEngine:
         self._advance(rows, logits, step)
         return rows
 
-    def _count_prefill(self, arrivals: list[_Request], computed: dict[tuple[int, ...], int]) -> None:
+    def _count_prefill(self, arrivals: list[Request], computed: dict[tuple[int, ...], int]) -> None:
         """Count and log each request's prompt tokens computed and served from cache (a prompt computed once for
         several requests counts for the first; one copied from a running row is served from cache)."""
         counts = []
@@ -449,7 +297,7 @@ class TransformersEngine:
             self.prefill_tokens.add(done, len(request.prompt_ids) - done)
         log.info("prefill of %d requests, tokens computed/from the prefix cache: %s", len(arrivals), " ".join(counts))
 
-    def _advance(self, rows: list[_Row], logits: Any, step: int) -> None:
+    def _advance(self, rows: list[Row], logits: Any, step: int) -> None:
         """Sample each row's next token from its logits; finish rows that stopped, were cancelled or ran out."""
         params = [row.request.params for row in rows]
         tokens, logprobs = sample(
@@ -469,7 +317,7 @@ class TransformersEngine:
             if reason is not None:
                 self._finish(row, reason, text or "", step)
 
-    def _finish(self, row: _Row, reason: str, text: str, step: int) -> None:
+    def _finish(self, row: Row, reason: str, text: str, step: int) -> None:
         row.finish = reason
         request = row.request
         request.samples[row.choice] = Sample(
@@ -483,7 +331,7 @@ class TransformersEngine:
         if all(sample is not None for sample in request.samples):
             self._answer(request, list(request.samples))  # type: ignore[arg-type]
 
-    def _fail(self, requests: dict[int, _Request], exc: Exception) -> None:
+    def _fail(self, requests: dict[int, Request], exc: Exception) -> None:
         """A failed pass: requests that streamed tokens fail with it; the others are retried one at a time, so one
         bad request fails alone instead of taking the others down with it."""
         retry = []
@@ -496,14 +344,14 @@ class TransformersEngine:
                 retry.append(request)
         self._requeue_alone(retry)
 
-    def _requeue_alone(self, requests: list[_Request]) -> None:
+    def _requeue_alone(self, requests: list[Request]) -> None:
         with self._lock:
             for request in reversed(requests):
                 request.alone, request.samples = True, []
                 self._pending.appendleft(request)
 
     @staticmethod
-    def _answer(request: _Request, outcome: list[Sample] | Exception) -> None:
+    def _answer(request: Request, outcome: list[Sample] | Exception) -> None:
         """Resolve a request's future from the worker thread (skipped if its client already gave up)."""
 
         def settle() -> None:
@@ -517,7 +365,7 @@ class TransformersEngine:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting
             request.future.get_loop().call_soon_threadsafe(settle)
 
-    def _check_finish(self, row: _Row, token: int) -> tuple[str | None, str | None]:
+    def _check_finish(self, row: Row, token: int) -> tuple[str | None, str | None]:
         """(finish_reason, text) once the row is done, else (None, None); `row.text` follows rows with stop strings."""
         if token in self._stop_ids:
             return "stop", self._decode(row.ids[:-1])

@@ -1,4 +1,4 @@
-"""The vLLM engine: sampling by a supervised `vllm serve` process, training on a PEFT model in this one.
+"""The vLLM engine: sampling by a supervised `vllm serve` process; training publishes each checkpoint to it.
 
 The engine speaks vLLM's HTTP API (pinned in pyproject's `vllm` extra; shapes read from its
 `completion/protocol.py`, `serve/lora` and `serve/dev/sleep` routes):
@@ -17,7 +17,7 @@ The engine speaks vLLM's HTTP API (pinned in pyproject's `vllm` extra; shapes re
   the engine also checks the answer's `model`: a sample's step is the adapter that produced it.
 - A new step is loaded by `publish_checkpoint` before training commits it; if vLLM rejects it, the
   step fails and the last good checkpoint keeps serving. Older steps load on demand (two kept).
-- `paused()` (training) puts vLLM to sleep (`/sleep?level=1`, `/wake_up`) when it shares the GPU.
+- `beside_training()` puts vLLM to sleep (`/sleep?level=1`, `/wake_up`) while a step trains when it shares the GPU.
 """
 
 from __future__ import annotations
@@ -34,20 +34,13 @@ from typing import Any
 
 import httpx
 
-from art_agents.server.storage.checkpoints import checkpoint_path
-from art_agents.server.engines.transformers_engine import (
-    EngineBusy,
-    OlderStep,
-    Sample,
-    SamplingParams,
-    TokenCallback,
-    load_peft_model,
-    stop_token_ids,
-    truncate_at_stop,
-)
-from art_agents.server.errors import ServiceError
 from art_agents.server.engines.prefix_cache import PrefillTokens
+from art_agents.server.engines.protocol import EngineBusy, OlderStep, Sample, SamplingParams, TokenCallback
+from art_agents.server.engines.requests import truncate_at_stop
 from art_agents.server.engines.vllm_process import VLLMLaunch, VLLMProcess, VLLMUnavailable, vllm_python
+from art_agents.server.errors import ServiceError
+from art_agents.server.lora_model import load_generation_config, load_tokenizer, stop_token_ids
+from art_agents.server.storage.checkpoints import checkpoint_path
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
@@ -84,19 +77,18 @@ def vllm_args(config: ModelConfig, sleep: bool) -> list[str]:
 
 
 class VLLMEngine:
-    """Serves a model's checkpoints from vLLM; `model` is the in-process PEFT model the trainer updates."""
+    """Serves a model's checkpoints from vLLM; no weights live in this process."""
 
     def __init__(
-        self, model: Any, tokenizer: Any, config: ModelConfig, *, name: str, model_dir: Path, sleep: bool
+        self, tokenizer: Any, stop_ids: set[int], config: ModelConfig, *, name: str, model_dir: Path, sleep: bool
     ) -> None:
-        self.model = model
         self.tokenizer = tokenizer
         self.config = config
         self.name = name
         self.model_dir = model_dir
         self.sleep = sleep
         self.longest_token_bytes = max((len(t.encode()) for t in tokenizer.get_vocab()), default=1)
-        self._stop_ids = sorted(stop_token_ids(model, tokenizer))
+        self._stop_ids = sorted(stop_ids)
         self.prefill_tokens = PrefillTokens()  # vLLM counts its own (its /metrics); none are reported per step
         self.step = 0  # the served step: its adapter is in vLLM (`publish_checkpoint`) or loads on first use
         self._loaded: collections.OrderedDict[int, Path] = collections.OrderedDict()  # step -> folder, in vLLM
@@ -111,7 +103,7 @@ class VLLMEngine:
 
     @classmethod
     def load(cls, base_model: str, config: ModelConfig, *, name: str, model_dir: Path) -> VLLMEngine:
-        """Start vLLM first (it checks that its share of GPU memory is free), then load the PEFT model."""
+        """Start vLLM first (it checks that its share of GPU memory is free), then load the tokenizer."""
         if config.gguf_file:
             raise ServiceError(400, "gguf_file is served by the transformers engine only; use engine='transformers'")
         import torch
@@ -129,11 +121,12 @@ class VLLMEngine:
         process = VLLMProcess(launch)
         process.start()
         try:
-            model, tokenizer = load_peft_model(base_model, config)
+            tokenizer = load_tokenizer(base_model, config)
+            stop_ids = stop_token_ids(load_generation_config(base_model, config), tokenizer)
         except BaseException:
             process.stop()
             raise
-        engine = cls(model, tokenizer, config, name=name, model_dir=model_dir, sleep=sleep)
+        engine = cls(tokenizer, stop_ids, config, name=name, model_dir=model_dir, sleep=sleep)
         engine.process = process
         process.on_restart = engine._reload_after_restart
         return engine
@@ -143,13 +136,11 @@ class VLLMEngine:
     def adapter(self, step: int) -> str:
         return f"{self.name}@{step}"
 
-    def load_adapter(self, path: str | Path) -> None:
-        """Load a checkpoint into the in-process model (opening, rollback); vLLM drops steps after it."""
-        from peft import load_peft_weights, set_peft_model_state_dict
+    def base_weights(self) -> None:
+        return None  # they live in the vLLM process
 
-        device = next(self.model.parameters()).device
-        set_peft_model_state_dict(self.model, load_peft_weights(str(path), device=str(device)), adapter_name="default")
-        self.model.eval()
+    def load_adapter(self, path: str | Path) -> None:
+        """Serve the current step from its checkpoint (opening, rollback): vLLM drops steps after it."""
         with self._admin:
             self._stale.update(s for s in self._loaded if s > self.step)  # published, then rolled back
 
@@ -210,15 +201,22 @@ class VLLMEngine:
 
     # --- sleep and wake -----------------------------------------------------------------
 
+    def paused(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Hold new requests and wait for those running, until exit."""
+        return self._held(sleep=False)
+
+    def beside_training(self) -> contextlib.AbstractAsyncContextManager[None]:
+        """Sleep while a step trains if vLLM shares the trainer's GPU (its memory is the trainer's meanwhile)."""
+        return self._held(sleep=True) if self.sleep else contextlib.nullcontext()
+
     @contextlib.asynccontextmanager
-    async def paused(self) -> AsyncIterator[None]:
-        """Hold new requests, wait for those running, and put vLLM to sleep (if it shares the GPU) until exit."""
+    async def _held(self, *, sleep: bool) -> AsyncIterator[None]:
         async with self._gate:
             await self._gate.wait_for(lambda: not self._holding)
             self._holding = True
             await self._gate.wait_for(lambda: self._active == 0)
         try:
-            if self.sleep:
+            if sleep:
                 await asyncio.to_thread(self._sleep)
             yield
         finally:

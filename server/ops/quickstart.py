@@ -196,8 +196,8 @@ async def train_quickstart(
     """
     from art_agents.backend import LocalBackend
     from art_agents.model import TrainableModel
-    from art_agents.server.storage.checkpoints import latest_step
     from art_agents.server.ops.tiny_model import build_tiny_model
+    from art_agents.server.storage.checkpoints import latest_step
 
     folder = model_folder(art_path)
     if fresh and folder.exists():

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from art_agents.server.chat_format import oversized, parse_assistant, render_prompt_ids
-from art_agents.server.engines.transformers_engine import EngineBusy, OlderStep, Sample, SamplingParams, TokenCallback
+from art_agents.server.engines.protocol import EngineBusy, OlderStep, Sample, SamplingParams, TokenCallback
+from art_agents.server.engines.stream_text import IncrementalText
 from art_agents.server.errors import ServiceError
 from art_agents.server.served_model import ServedModel
-from art_agents.server.engines.stream_text import IncrementalText
 from art_agents.server.storage.token_store import TokenRecord
 
 Completed = tuple[dict[str, Any], list[Sample]]

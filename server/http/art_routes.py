@@ -1,0 +1,64 @@
+"""The versioned /v1/art routes: register a model, train it, log evaluations, manage its checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from fastapi import APIRouter
+from fastapi.responses import StreamingResponse
+
+from art_agents import wire
+from art_agents.server.service import ArtService
+
+
+def art_routes(service: ArtService) -> APIRouter:
+    router = APIRouter(prefix=wire.API_PREFIX)
+
+    @router.post("/models")
+    async def register(body: wire.RegisterRequest) -> wire.ModelInfo:
+        return await service.register(body)
+
+    @router.get("/models/{name}/step")
+    async def get_step(name: str) -> wire.StepInfo:
+        return wire.StepInfo(step=service.get(name).step)
+
+    @router.get("/models/{name}/checkpoints")
+    async def checkpoints(name: str) -> list[wire.CheckpointInfo]:
+        return service.list_checkpoints(name)
+
+    @router.post("/models/{name}/checkpoints/delete")
+    async def delete_checkpoints(name: str, body: wire.DeleteCheckpointsRequest) -> list[int]:
+        return await service.delete_checkpoints(name, body)
+
+    @router.post("/models/{name}/log")
+    async def log_groups(name: str, body: wire.LogRequest) -> wire.LogResult:
+        """Record evaluation groups (a split such as val) at the served step, without training."""
+        return await service.log(name, body)
+
+    @router.post("/models/{name}/train", response_model=None)
+    async def train(name: str, body: wire.TrainRequest) -> StreamingResponse:
+        """One GRPO step; NDJSON progress events, then a result or error event."""
+        return await _ndjson(service.train(name, body))
+
+    @router.post("/models/{name}/train_sft", response_model=None)
+    async def train_sft(name: str, body: wire.TrainSFTRequest) -> StreamingResponse:
+        """One supervised fine-tuning call on demonstrations; the same NDJSON events as train."""
+        return await _ndjson(service.train_sft(name, body))
+
+    @router.get("/rollouts/{rollout_id}")
+    async def rollout_calls(rollout_id: str) -> dict[str, int]:
+        return {"completions": service.rollouts.get(rollout_id)}
+
+    return router
+
+
+async def _ndjson(events: AsyncIterator[wire.TrainEvent]) -> StreamingResponse:
+    """Stream train events as NDJSON; input errors raise from the first event, before any 200 is sent."""
+    first = await anext(events)
+
+    async def lines() -> AsyncIterator[str]:
+        yield first.model_dump_json() + "\n"
+        async for event in events:
+            yield event.model_dump_json() + "\n"
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
