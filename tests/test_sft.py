@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -241,11 +242,13 @@ async def test_train_sft_from_file_commits_one_step(
 async def test_distilling_a_teachers_best_answers_teaches_the_student(
     backend: LocalBackend, tiny_model_path: Path
 ) -> None:
-    calls = iter(range(100))
+    asked: collections.Counter[str] = collections.Counter()
 
-    def teacher_reply(body: dict[str, Any]) -> str:  # right every other call, so rejection sampling has work to do
-        a, b = (int(x) for x in body["messages"][-1]["content"][8:-1].split("+"))
-        return f"The answer is {a + b}." if next(calls) % 2 else "Maybe 5."
+    def teacher_reply(body: dict[str, Any]) -> str:  # right every other time a question is asked, whatever the order
+        question = body["messages"][-1]["content"]
+        asked[question] += 1
+        a, b = (int(x) for x in question[8:-1].split("+"))
+        return f"The answer is {a + b}." if asked[question] % 2 == 0 else "Maybe 5."
 
     async def rollout(model: art.Model, a: int, b: int) -> art.Trajectory:
         trajectory = art.Trajectory(messages_and_choices=[{"role": "user", "content": f"What is {a}+{b}?"}])
