@@ -37,7 +37,8 @@ from art_agents import (
     rollout,
 )
 from art_agents.errors import SetupError
-from art_agents.integrations.mcp import MCPError, MCPSchemaError, MCPServer, MCPUnreachable
+from art_agents.integrations.mcp import MCPError, MCPSchemaError, MCPServer
+from art_agents.integrations.mcp_connection import MCPUnreachable
 from art_agents.integrations.mcp_tools import openai_names, openai_tool, result_text
 from art_agents.messages import ToolCall
 
