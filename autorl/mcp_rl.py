@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -31,23 +32,30 @@ from art_agents.autorl.scenarios import (
 from art_agents.autorl.scoring import TOOL_USE_RUBRIC, GroupScorer, RewardFn
 from art_agents.autorl.sft_warmup import Warmup, check_teacher, pending, sft_warmup, teacher
 from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout
+from art_agents.integrations.mcp import MCPServer
 from art_agents.loop import StepRecord, load_function, train_loop
 from art_agents.model import TrainableModel
 from art_agents.train_config import TrainSFTConfig
 
 Echo = Callable[[str], None]
+# The flat keys of `art-agents mcp-rl` and its TOML form that fill `MCPRLConfig.mcp_server`: their MCPServer.parse keyword.
+FLAT_SERVER_KEYS = {
+    "server": "command",
+    "url": "url",
+    "headers": "headers",
+    "shared_session": "shared",
+    "tool_timeout_s": "tool_timeout_s",
+}
 
 
 class MCPRLConfig(RunConfig):
     """An MCP•RL run; the TOML form of `art-agents mcp-rl` uses these names."""
 
-    server: list[str] | str | None = Field(None, description="Command line of a stdio MCP server.")
-    url: str | None = Field(None, description="Streamable HTTP URL of an MCP server (instead of `server`).")
-    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers for `url` (auth).")
-    shared_session: bool = Field(
-        False, description="One MCP session for all rollouts; only for servers without side effects."
+    mcp_server: MCPServer = Field(
+        description="The MCP server whose tools the model learns. The CLI and the TOML form give it as the flat "
+        "keys `server` (a stdio command line), `url` (streamable HTTP, instead of `server`), `headers` (for `url`), "
+        "`shared_session` (one session for all rollouts: servers without side effects only) and `tool_timeout_s`."
     )
-    tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call.")
     name: str = "mcp-agent"
     project: str = "mcp-rl"
     rollout: ToolRolloutConfig = Field(default_factory=ToolRolloutConfig)
@@ -66,24 +74,29 @@ class MCPRLConfig(RunConfig):
     sft_min_reward: float = Field(0.5, description="Teacher rollouts scored below this are not imitated.")
     sft: TrainSFTConfig = Field(default_factory=TrainSFTConfig, description="The warmup's `train_sft` settings.")
 
-    @model_validator(mode="after")
-    def _one_server(self) -> MCPRLConfig:
-        if (self.server is None) == (self.url is None):
+    @model_validator(mode="before")
+    @classmethod
+    def _flat_server(cls, data: Any) -> Any:
+        """The flat server keys of the CLI and the TOML form become `mcp_server`."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        flat = {key: data.pop(key) for key in FLAT_SERVER_KEYS if key in data}
+        if "mcp_server" in data:
+            if flat:
+                raise ValueError(f"give `mcp_server` or the flat keys ({', '.join(flat)}), not both")
+            return data
+        options = {FLAT_SERVER_KEYS[key]: value for key, value in flat.items()}
+        if (options.get("command") is None) == (options.get("url") is None):
             raise ValueError("give exactly one MCP server: a command (`server`, --server) or a URL (`url`, --url)")
+        data["mcp_server"] = MCPServer.parse(**options)
+        return data
+
+    @model_validator(mode="after")
+    def _teacher_for_warmup(self) -> MCPRLConfig:
         if self.sft_warmup and not self.teacher_model:
             raise ValueError("the SFT warmup needs a teacher: give --teacher-model (and --teacher-api-base) too")
         return self
-
-    def mcp_server(self) -> Any:
-        from art_agents.integrations.mcp import MCPServer
-
-        return MCPServer.parse(
-            self.server,
-            url=self.url,
-            headers=self.headers,
-            shared=self.shared_session,
-            tool_timeout_s=self.tool_timeout_s,
-        )
 
 
 class MCPRLSummary(RunSummary):
@@ -135,7 +148,7 @@ def _task(config: MCPRLConfig) -> dict[str, Any]:
     """What identifies the run: a rerun with other values here is another run."""
     return {
         "kind": "mcp-rl",
-        "server": config.server if config.url is None else config.url,
+        "server": config.mcp_server.url or shlex.join(config.mcp_server.command or []),
         "base_model": config.base_model,
         "name": config.name,
         "project": config.project,
@@ -164,7 +177,7 @@ async def run_mcp_rl(
         echo(f"resuming the run in {folder.path}")
     if config.sft_warmup and pending(folder):
         await check_teacher(teacher(config))
-    server = config.mcp_server()
+    server = config.mcp_server
     async with server:
         async with server.session() as probe:
             tasks = await prepare_scenarios(config, folder, probe, echo, scenarios)
@@ -242,7 +255,7 @@ async def _evaluation(
     config: MCPRLConfig,
     folder: RunFolder,
     model: TrainableModel,
-    server: Any,
+    server: MCPServer,
     val: list[Scenario],
     scorer: GroupScorer,
     *,
