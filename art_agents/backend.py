@@ -1,133 +1,50 @@
 """Backends: where a TrainableModel is served and trained.
 
-`RemoteBackend` talks to an `art-agents serve` anywhere; `LocalBackend` starts one as a child
-process on this machine and talks to it the same way, so both keep one contract (and a crash of
-the training process cannot take the user's rollout code down with it). `LocalBackend(in_process=True)`
+`RemoteBackend` (`art_agents.remote`) talks to an `art-agents serve` anywhere; `LocalBackend` starts one
+as a child process on this machine and talks to it the same way, so both keep one contract (and a crash
+of the training process cannot take the user's rollout code down with it). `LocalBackend(in_process=True)`
 runs the same server in a thread of this process instead, as ART's `in_process` does.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from art_agents import reporters
-from art_agents.errors import ArtError, ServerError
-from art_agents.progress import progress_bar
-from art_agents.reporters import StepRecord
+from art_agents import parts
+from art_agents.errors import ArtError
+from art_agents.remote import RegisteredModel, RemoteBackend
 from art_agents.train_config import TrainConfig, TrainSFTConfig
-from art_agents.trajectory import Trajectory, TrajectoryGroup, validate_groups
-from art_agents.wire import (
-    API_PREFIX,
-    CheckpointInfo,
-    DeleteCheckpointsRequest,
-    LogRequest,
-    LogResult,
-    ModelInfo,
-    RegisterRequest,
-    StepInfo,
-    TrainEvent,
-    TrainRequest,
-    TrainResult,
-    TrainSFTEvent,
-    TrainSFTRequest,
-    TrainSFTResult,
-)
+from art_agents.trajectory import Trajectory, TrajectoryGroup
+from art_agents.wire import CheckpointInfo, LogResult, ModelInfo, TrainResult, TrainSFTResult
+
+if TYPE_CHECKING:
+    import uvicorn
 
 # Where every command keeps its server folder unless told otherwise, so `art-agents report` finds it.
 DEFAULT_ART_PATH = Path(".art")
 
-if TYPE_CHECKING:
-    import httpx
-    import uvicorn
-
-    from art_agents.model import TrainableModel
-
-# ART's training options (its `_config` dict, `art.dev.TrainConfig`, and the keywords of its `backend.train`) that
-# this trainer has, by TrainConfig field.
-ART_TRAIN_FIELDS = {
-    "learning_rate": "learning_rate",
-    "beta": "beta",
-    "kl_penalty_coef": "beta",
-    "epsilon": "epsilon",
-    "epsilon_high": "epsilon_high",
-    "scale_rewards": "scale_rewards",
-    "truncated_importance_sampling": "tis_cap",
-}
-_ANY = object()
-# ART options accepted at the values that match what this trainer does anyway, or (_ANY) that only tune speed or
-# debugging output of ART's own trainer. Other values, and every option not listed, are refused by name.
-ART_TRAIN_NEUTRAL: dict[str, Any] = {
-    "allow_training_without_logprobs": _ANY,  # turns without stored tokens are re-tokenized and counted here
-    "precalculate_logprobs": _ANY,
-    "logprob_calculation_chunk_size": _ANY,
-    "plot_tensors": (False,),
-    "importance_sampling_level": ("token",),
-    "advantage_balance": (0, 0.0),
-    "scale_learning_rate_by_reward_std_dev": (False,),
-    "num_trajectories_learning_rate_multiplier_power": (0, 0.0),
-    "mask_prob_ratio": (False,),
-    "kimi_k2_tau": (None,),
-    "save_checkpoint": (True,),
-}
-
-
-def art_train_config(
-    config: TrainConfig | None, dev_config: Mapping[str, Any] | None = None, **options: Any
-) -> TrainConfig:
-    """`config` with ART's training options applied (`_config`, or `backend.train` keywords; these win).
-
-    Mapped: learning_rate, beta / kl_penalty_coef (KL penalty), epsilon, epsilon_high, scale_rewards,
-    truncated_importance_sampling (tis_cap), and normalize_by_length=False (loss="dr_grpo"). Speed and
-    debugging knobs of ART's trainer are accepted and ignored; anything else raises ArtError naming it.
-    """
-    given = {**(dev_config or {}), **options}
-    updates: dict[str, Any] = {}
-    refused: list[str] = []
-    for key, value in given.items():
-        neutral = ART_TRAIN_NEUTRAL.get(key)
-        if key in ART_TRAIN_FIELDS:
-            updates[ART_TRAIN_FIELDS[key]] = value
-        elif key == "normalize_by_length" and isinstance(value, bool):
-            if not value:
-                updates["loss"] = "dr_grpo"
-            elif (config or TrainConfig()).loss == "dr_grpo":
-                refused.append("normalize_by_length=True with loss='dr_grpo'")
-        elif neutral is _ANY or (neutral is not None and value in neutral):
-            continue
-        else:
-            refused.append(f"{key}={value!r}")
-    if refused:
-        raise ArtError(
-            f"training options not supported by art-agents: {', '.join(refused)}. Supported: "
-            f"{', '.join(sorted(ART_TRAIN_FIELDS))}, normalize_by_length; the rest of TrainConfig (loss, "
-            "num_iterations, max_staleness, ...) is set with art_agents.TrainConfig(...)"
-        )
-    base = config or TrainConfig()
-    return TrainConfig.model_validate({**base.model_dump(), **updates}) if updates else base
-
 
 @runtime_checkable
 class Backend(Protocol):
-    """What a TrainableModel needs from wherever it lives."""
+    """What a TrainableModel needs from wherever it lives (`RemoteBackend` and `LocalBackend` are two)."""
 
     base_url: str
     api_key: str | None
 
-    async def register(self, model: TrainableModel) -> ModelInfo: ...
-    async def get_step(self, model: TrainableModel) -> int: ...
+    async def register(self, model: RegisteredModel) -> ModelInfo: ...
+    async def get_step(self, model: RegisteredModel) -> int: ...
     async def train(
         self,
-        model: TrainableModel,
+        model: RegisteredModel,
         groups: list[TrajectoryGroup],
         config: TrainConfig | None = None,
         *,
@@ -137,7 +54,7 @@ class Backend(Protocol):
     ) -> TrainResult: ...
     async def train_sft(
         self,
-        model: TrainableModel,
+        model: RegisteredModel,
         trajectories: list[Trajectory],
         config: TrainSFTConfig | None = None,
         *,
@@ -146,204 +63,18 @@ class Backend(Protocol):
     ) -> TrainSFTResult: ...
     async def log(
         self,
-        model: TrainableModel,
+        model: RegisteredModel,
         groups: list[TrajectoryGroup],
         split: str = "val",
         *,
         metrics: dict[str, float] | None = None,
         step: int | None = None,
     ) -> LogResult: ...
-    async def list_checkpoints(self, model: TrainableModel) -> list[CheckpointInfo]: ...
+    async def list_checkpoints(self, model: RegisteredModel) -> list[CheckpointInfo]: ...
     async def delete_checkpoints(
-        self, model: TrainableModel, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = None
+        self, model: RegisteredModel, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = None
     ) -> list[int]: ...
     async def close(self) -> None: ...
-
-
-class RemoteBackend:
-    """An art-agents server reached over HTTP (`api_key` is sent as a Bearer token)."""
-
-    def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 600.0) -> None:
-        import httpx  # lazy: httpx pulls in rich and click at import, too slow for `import art_agents`
-
-        self.base_url = base_url.rstrip("/")
-        self.api_key = api_key
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
-        self._models: dict[str, TrainableModel] = {}  # registered here: their reporters flush at close()
-
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        import httpx
-
-        try:
-            response = await self._http.request(method, API_PREFIX + path, **kwargs)
-        except httpx.TransportError as exc:
-            raise ArtError(f"cannot reach the art-agents server at {self.base_url}: {exc}; is it running?") from exc
-        _raise_for_status(response)
-        return response.json()
-
-    async def register(self, model: TrainableModel) -> ModelInfo:
-        body = RegisterRequest(
-            name=model.name, project=model.project, base_model=model.base_model, config=model.server_config
-        )
-        info = ModelInfo.model_validate(await self._request("POST", "/models", json=body.model_dump(mode="json")))
-        self._models[model.name] = model
-        return info
-
-    async def get_step(self, model: TrainableModel) -> int:
-        return StepInfo.model_validate(await self._request("GET", f"/models/{model.name}/step")).step
-
-    async def train_events(
-        self, model: TrainableModel, groups: list[TrajectoryGroup], config: TrainConfig
-    ) -> AsyncIterator[TrainEvent]:
-
-        body = TrainRequest(groups=groups, config=config).model_dump_json()
-        async for event in self._stream(f"/models/{model.name}/train", body, TrainEvent):
-            yield event
-
-    async def _stream(self, path: str, body: str, event: type[TrainEvent]) -> AsyncIterator[Any]:
-        """The NDJSON events of a train route; a 4xx/5xx before the stream raises ServerError."""
-        import httpx
-
-        try:
-            async with self._http.stream(
-                "POST", API_PREFIX + path, content=body, headers={"content-type": "application/json"}
-            ) as response:
-                if response.status_code >= 400:
-                    await response.aread()
-                    _raise_for_status(response)
-                async for line in response.aiter_lines():
-                    if line.strip():
-                        yield event.model_validate_json(line)
-        except httpx.TransportError as exc:
-            raise ArtError(
-                f"the connection to {self.base_url} broke during training ({exc}); the server keeps serving its "
-                "last good checkpoint, and the same train call can be retried once it is back"
-            ) from exc
-
-    async def train(
-        self,
-        model: TrainableModel,
-        groups: list[TrajectoryGroup],
-        config: TrainConfig | None = None,
-        *,
-        progress: bool = True,
-        _config: Mapping[str, Any] | None = None,
-        verbose: bool = False,
-        **options: Any,
-    ) -> TrainResult:
-        """One GRPO step on the groups; returns when the new checkpoint is being served.
-
-        ART's `_config` dict and its `backend.train` keywords (`learning_rate=`, `epsilon=`, ...) are applied
-        to `config` by `art_train_config`, which refuses by name what this trainer cannot do. `verbose`
-        prints a line when the step starts and when it ends.
-        """
-        config = art_train_config(config, _config, **options)
-        groups = list(groups)
-        validate_groups(groups)
-        if verbose:
-            print(
-                f"training {model.name} on {len(groups)} groups ({sum(len(g.trajectories) for g in groups)} rollouts)"
-            )
-        started_at = time.time()
-        result = await _result_of(self.train_events(model, groups, config), f"train {model.name}", progress)
-        reporters.send(
-            model.reporters, StepRecord("train", result.step, groups, result.metrics, started_at, time.time())
-        )
-        if verbose and result.skipped:
-            print(f"{model.name} trained nothing (no group had a reward spread); step {result.step} still serves")
-        elif verbose:
-            shown = ", ".join(f"{k}={v:.4g}" for k, v in result.metrics.items() if k in ("reward_mean", "loss"))
-            print(f"{model.name} now serves step {result.step}" + (f" ({shown})" if shown else ""))
-        return result
-
-    async def train_sft(
-        self,
-        model: TrainableModel,
-        trajectories: list[Trajectory],
-        config: TrainSFTConfig | None = None,
-        *,
-        progress: bool = True,
-        verbose: bool = False,
-    ) -> TrainSFTResult:
-        """One supervised fine-tuning call on the trajectories' assistant replies; returns once step N+1 serves."""
-        request = TrainSFTRequest(trajectories=trajectories, config=config or TrainSFTConfig())
-        if verbose:
-            print(f"fine-tuning {model.name} on {len(trajectories)} trajectories")
-        started_at = time.time()
-        events = self._stream(f"/models/{model.name}/train_sft", request.model_dump_json(), TrainSFTEvent)
-        result = await _result_of(events, f"train_sft {model.name}", progress)
-        groups = [TrajectoryGroup(trajectories)]
-        reporters.send(
-            model.reporters, StepRecord("train", result.step, groups, result.metrics, started_at, time.time())
-        )
-        if verbose:
-            print(f"{model.name} now serves step {result.step} (sft loss={result.metrics.get('loss', 0.0):.4g})")
-        return result
-
-    async def log(
-        self,
-        model: TrainableModel,
-        groups: list[TrajectoryGroup],
-        split: str = "val",
-        *,
-        metrics: dict[str, float] | None = None,
-        step: int | None = None,
-    ) -> LogResult:
-        """Record evaluation groups for `split` at the served step (or `step`) without training."""
-        started_at = time.time()
-        body = LogRequest(split=split, groups=groups, metrics=metrics or {}, step=step).model_dump_json()
-        headers = {"content-type": "application/json"}
-        data = await self._request("POST", f"/models/{model.name}/log", content=body, headers=headers)
-        result = LogResult.model_validate(data)
-        record = StepRecord(result.split, result.step, groups, result.metrics, started_at, time.time())
-        reporters.send(model.reporters, record)
-        return result
-
-    async def list_checkpoints(self, model: TrainableModel) -> list[CheckpointInfo]:
-        rows = await self._request("GET", f"/models/{model.name}/checkpoints")
-        return [CheckpointInfo.model_validate(row) for row in rows]
-
-    async def delete_checkpoints(
-        self, model: TrainableModel, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = None
-    ) -> list[int]:
-        """Delete `steps`, or all but the latest and the best by `best_checkpoint_metric` (see the model's method)."""
-        request = DeleteCheckpointsRequest(steps=steps, best_checkpoint_metric=best_checkpoint_metric)
-        body = request.model_dump(mode="json")
-        return list(await self._request("POST", f"/models/{model.name}/checkpoints/delete", json=body))
-
-    async def close(self) -> None:
-        for model in self._models.values():
-            await asyncio.to_thread(reporters.close, model.reporters)
-        await self._http.aclose()
-
-
-async def _result_of(events: AsyncIterator[Any], label: str, progress: bool) -> Any:
-    """The result of a train route's event stream, with a progress bar; an error event raises ArtError."""
-    result = None
-    with progress_bar(label, unit="seq", show=progress) as bar:
-        async for event in events:
-            if event.type == "error":
-                raise ArtError(f"training failed on the server: {event.error}")
-            if event.type == "progress":
-                bar.total = event.total
-                bar.n = event.done
-                bar.set_postfix({k: f"{v:.3g}" for k, v in event.metrics.items()}, refresh=True)
-            if event.type == "result":
-                result = event.result
-    if result is None:
-        raise ArtError("the server closed the train stream without a result; retry the same call")
-    return result
-
-
-def _raise_for_status(response: httpx.Response) -> None:
-    if response.status_code < 400:
-        return
-    try:
-        detail = response.json().get("detail", response.text)
-    except (json.JSONDecodeError, AttributeError):
-        detail = response.text
-    raise ServerError(response.status_code, detail if isinstance(detail, str) else json.dumps(detail))
 
 
 def _free_port() -> int:
@@ -422,7 +153,7 @@ class LocalBackend(RemoteBackend):
         try:
             import uvicorn
 
-            from art_agents.server.http.app import create_app
+            create_app = parts.load(parts.SERVER_APP)
         except ImportError as exc:
             raise ArtError(
                 f"LocalBackend(in_process=True) needs the `server` extra ({exc}); pip install 'art-agents[server]'"
@@ -473,7 +204,7 @@ class LocalBackend(RemoteBackend):
         where = "the log above" if self.in_process else self.art_path / "server.log"
         raise ArtError(f"the local server did not answer /health within {self.startup_timeout:.0f}s; see {where}")
 
-    async def register(self, model: TrainableModel) -> ModelInfo:
+    async def register(self, model: RegisteredModel) -> ModelInfo:
         await self.start()
         return await super().register(model)
 

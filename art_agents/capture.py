@@ -16,9 +16,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar, Token
 from typing import Any, ParamSpec, overload
 
-from art_agents.errors import RolloutFailed
 from art_agents.messages import ChatMessage, as_messages
-from art_agents.trajectory import History, ToolCallRecord, Trajectory, Turn
+from art_agents.trajectory import History, RolloutFailed, ToolCallRecord, Trajectory, Turn
 from art_agents.wire import policy_step_of
 
 _current: ContextVar[Trajectory | None] = ContextVar("art_agents_trajectory", default=None)

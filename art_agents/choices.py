@@ -10,14 +10,11 @@ tokens it sampled instead of re-tokenizing the message.
 from __future__ import annotations
 
 from collections.abc import MutableSequence
-from typing import TYPE_CHECKING, Annotated, Any, overload
+from typing import Annotated, Any, Protocol, overload
 
 from pydantic import AfterValidator
 
 from art_agents.messages import ChatMessage, as_messages
-
-if TYPE_CHECKING:
-    from art_agents.trajectory import History
 
 # The fields of a returned message that are part of the conversation (an SDK also sends refusal,
 # annotations, audio: nulls or empties a chat template has no use for).
@@ -33,6 +30,14 @@ class MessageList(list[ChatMessage]):
 
 # The field type of `History.messages`: validated as a list of messages, held as a MessageList.
 Messages = Annotated[list[ChatMessage], AfterValidator(MessageList)]
+
+
+class ChoiceHistory(Protocol):
+    """What `MessagesAndChoices` views: a `History` (a Protocol, so this module stays below the trajectory)."""
+
+    messages: list[ChatMessage]
+
+    def add_choice(self, choice: Any) -> Any: ...
 
 
 def is_choice(item: Any) -> bool:
@@ -61,7 +66,7 @@ class MessagesAndChoices(MutableSequence[Any]):
     `messages` for that.
     """
 
-    def __init__(self, history: History) -> None:
+    def __init__(self, history: ChoiceHistory) -> None:
         self._history = history
 
     def __len__(self) -> int:

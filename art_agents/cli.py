@@ -1,14 +1,13 @@
 """The `art-agents` command. Each part of the package adds its own subcommands.
 
-Parts register through a `register(app)` function in their `cli` module, imported only when the
-command runs, so `import art_agents` stays light and a part whose extra is missing just has no
-subcommand (with a hint in `--help`).
+Parts register through a `register(app)` function (listed in `art_agents.parts.CLI_PARTS`), imported
+only when the command runs, so `import art_agents` stays light and a part whose extra is missing just
+has no subcommand (with a hint in `--help`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,17 +17,11 @@ import typer
 from pydantic import ValidationError
 
 import art_agents
+from art_agents.parts import CLI_PARTS, load
 
 app = typer.Typer(name="art-agents", help="Train LLM agents with RL on their own experience.", no_args_is_help=True)
 
 R = TypeVar("R")
-
-PART_COMMANDS = {
-    "art_agents.server.ops.cli": "serve, doctor, tiny-model (extra: server)",
-    "art_agents.reporting": "report",
-    "art_agents.train_command": "train",
-    "art_agents.autorl.cli": "autorl, mcp-rl",
-}
 
 
 def _version(value: bool) -> None:
@@ -86,13 +79,13 @@ def settings_error(exc: ValidationError, file: Path | None, command: Callable[..
 def load_parts() -> list[str]:
     """Register every part's subcommands; returns hints for the parts that could not load."""
     missing: list[str] = []
-    for module_name, hint in PART_COMMANDS.items():
+    for target, hint in CLI_PARTS.items():
         try:
-            module = importlib.import_module(module_name)
+            register = load(target)
         except ImportError:
             missing.append(hint)
             continue
-        module.register(app)
+        register(app)
     return missing
 
 

@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from art_agents.trajectory import Trajectory
-
 
 class ArtError(Exception):
     """Base class for every error raised by art_agents."""
-
-
-class RolloutFailed(ArtError):
-    """A rollout raised; the partial trajectory rides along so the group keeps the evidence."""
-
-    def __init__(self, trajectory: Trajectory, cause: BaseException) -> None:
-        super().__init__(f"rollout failed: {type(cause).__name__}: {cause}")
-        self.trajectory = trajectory
-        self.cause = cause
 
 
 class TooManyExceptions(ArtError):

@@ -186,7 +186,8 @@ def load_scenarios(path: Path) -> list[Any]:
 
 
 async def run_job(job: TrainJob) -> list[StepRecord]:
-    from art_agents.backend import LocalBackend, RemoteBackend
+    from art_agents.backend import LocalBackend
+    from art_agents.remote import RemoteBackend
 
     if job.backend == "remote" and not job.base_url:
         raise ValueError("backend = 'remote' needs base_url")

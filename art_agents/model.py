@@ -17,6 +17,8 @@ from pydantic import (
     model_validator,
 )
 
+from art_agents import parts
+from art_agents.art.arguments import model_keywords
 from art_agents.errors import ArtError, SetupError
 from art_agents.names import check_safe_name
 from art_agents.reporters import create_reporters, reporter_names
@@ -31,79 +33,6 @@ if TYPE_CHECKING:
 
     from art_agents.backend import Backend
     from art_agents.reporters import Reporter
-
-# ART's keyword arguments that only name a Weights & Biases run (and `run_name`, ART's storage name): accepted and
-# ignored. The W&B reporter names its run after `name` (WANDB_ENTITY picks the entity), as do the files and the
-# served name.
-_RUN_LABELS = ("entity", "id", "run_id", "run_name")
-# ART's LoRA settings (`lora_config`, and `_internal_config["peft_args"]` before it) mapped to ModelConfig fields.
-_LORA_FIELDS = {
-    "rank": "lora_rank",
-    "r": "lora_rank",
-    "alpha": "lora_alpha",
-    "lora_alpha": "lora_alpha",
-    "dropout": "lora_dropout",
-    "lora_dropout": "lora_dropout",
-    "target_modules": "target_modules",
-    "random_state": "seed",
-}
-# `_internal_config["init_args"]` keys: mapped, accepted only at the value this server uses, or ignored (they only
-# tune the memory and speed of ART's Unsloth/vLLM services).
-_INIT_FIELDS = {"dtype": "dtype", "random_state": "seed"}
-_INIT_AT = {"load_in_4bit": False, "load_in_8bit": False, "full_finetuning": False, "trust_remote_code": False}
-_INIT_IGNORED = {
-    "max_seq_length",
-    "gpu_memory_utilization",
-    "fast_inference",
-    "disable_log_stats",
-    "enable_prefix_caching",
-    "use_async",
-    "max_lora_rank",
-    "float8_kv_cache",
-    "use_gradient_checkpointing",
-    "fix_tokenizer",
-}
-# `_internal_config` sections ignored whole: ART's vLLM engine arguments and GPU placement.
-_INTERNAL_IGNORED = {"engine_args", "trainer_gpu_ids", "inference_gpu_ids"}
-
-
-def model_config_from_art(
-    base: ModelConfig, lora_config: Mapping[str, Any] | None, internal_config: Mapping[str, Any] | None
-) -> ModelConfig:
-    """`base` with ART's `lora_config` and `_internal_config` applied; what cannot be honoured is refused by name."""
-    updates: dict[str, Any] = {}
-    refused: list[str] = []
-
-    def lora(section: str, values: Mapping[str, Any]) -> None:
-        for key, value in values.items():
-            if key in _LORA_FIELDS:
-                updates[_LORA_FIELDS[key]] = value
-            else:
-                refused.append(f"{section}.{key}")
-
-    lora("lora_config", lora_config or {})
-    for section, values in (internal_config or {}).items():
-        if section in _INTERNAL_IGNORED:
-            continue
-        if section == "peft_args" and isinstance(values, Mapping):
-            lora("_internal_config.peft_args", values)
-        elif section == "init_args" and isinstance(values, Mapping):
-            for key, value in values.items():
-                if key in _INIT_FIELDS:
-                    updates[_INIT_FIELDS[key]] = value
-                elif key in _INIT_AT and value == _INIT_AT[key]:
-                    continue
-                elif key not in _INIT_IGNORED:
-                    refused.append(f"_internal_config.init_args.{key}={value!r}")
-        elif values not in (None, {}, []):
-            refused.append(f"_internal_config.{section}")
-    if refused:
-        raise ValueError(
-            f"not supported by art-agents: {', '.join(refused)}. LoRA settings map to ModelConfig (rank, alpha, "
-            "dropout, target_modules, random_state); engine_args and GPU placement are ignored; use "
-            "`config=art_agents.ModelConfig(...)` for the rest (engine, dtype, device, batch size)"
-        )
-    return ModelConfig.model_validate({**base.model_dump(), **updates})
 
 
 class Model(Schema):
@@ -136,31 +65,13 @@ class Model(Schema):
     @model_validator(mode="wrap")
     @classmethod
     def _art_keywords(cls, data: Any, handler: ModelWrapValidatorHandler[Model]) -> Model:
-        """Take ART's extra keyword arguments out of `data` (refusing what cannot be honoured), then validate."""
+        """ART's keyword arguments become ours first (`art_agents.art.arguments`, the one place that knows them)."""
         if not isinstance(data, dict):
             return handler(data)
-        data = dict(data)
-        for label in _RUN_LABELS:
-            data.pop(label, None)
-        trainable = issubclass(cls, TrainableModel)
-        if "trainable" in data and data.pop("trainable") is not trainable:
-            raise ValueError(f"trainable must be {trainable} for {cls.__name__}; use the other class")
-        if data.pop("base_path", ".art") not in (".art", None):
-            raise ValueError(
-                "base_path is not supported: files go under the backend's folder; pass it as LocalBackend(path=...)"
-            )
-        if "report_metrics" in data:
-            if data.get("report_to") is not None:
-                raise ValueError("give report_to or ART's report_metrics, not both")
-            data["report_to"] = data.pop("report_metrics")
-        art = {key: data.pop(key) for key in ("lora_config", "_internal_config") if key in data}
-        if art and not trainable:
-            raise ValueError(f"{' and '.join(art)} only apply to a TrainableModel")
-        if trainable and (data.get("config") is None or isinstance(data.get("config"), Mapping)):
-            data["config"] = ModelConfig.model_validate(data.get("config") or {})
+        data, server_updates = model_keywords(data, trainable=issubclass(cls, TrainableModel), owner=cls.__name__)
         model = handler(data)
-        if art and isinstance(model, TrainableModel):
-            model._apply_art_config(art.get("lora_config"), art.get("_internal_config"))
+        if server_updates and isinstance(model, TrainableModel):  # only a TrainableModel is given any
+            model._update_server_config(server_updates)
         return model
 
     @property
@@ -189,9 +100,7 @@ class Model(Schema):
 
     def chat_model(self, **kwargs: Any) -> ChatOpenAI:
         """A LangChain `ChatOpenAI` for this model, captured inside rollouts (needs the `langgraph` extra)."""
-        from art_agents.integrations.langgraph import chat_model
-
-        return chat_model(self, **kwargs)
+        return parts.load(parts.CHAT_MODEL)(self, **kwargs)  # type: ignore[no-any-return]
 
     def litellm_completion_params(self, step: int | None = None) -> dict[str, Any]:
         """Keyword arguments for `litellm.acompletion(**params, messages=...)` that reach this model (at `step`).
@@ -254,10 +163,15 @@ class TrainableModel(Model):
     def _safe_path_component(cls, value: str, info: ValidationInfo) -> str:
         return check_safe_name(value, info.field_name or "name")
 
-    def _apply_art_config(
-        self, lora_config: Mapping[str, Any] | None, internal_config: Mapping[str, Any] | None
-    ) -> None:
-        server = model_config_from_art(self.server_config, lora_config, internal_config)
+    @field_validator("config", mode="before")
+    @classmethod
+    def _model_config(cls, value: Any) -> Any:
+        """A dict (or None) is a ModelConfig, so that a misspelt setting is an error, not the user's own settings."""
+        return ModelConfig.model_validate(value or {}) if value is None or isinstance(value, Mapping) else value
+
+    def _update_server_config(self, updates: Mapping[str, Any]) -> None:
+        """Change the ModelConfig sent at registration: `config` when it is one, else the one kept beside it."""
+        server = ModelConfig.model_validate({**self.server_config.model_dump(), **updates})
         if isinstance(self.config, ModelConfig):
             self.config = server
         else:
@@ -319,7 +233,7 @@ class TrainableModel(Model):
         """One GRPO step on the groups; returns when the new checkpoint is being served.
 
         ART's `_config` (its `art.dev.TrainConfig` dict) is mapped onto `config` where this trainer has the
-        setting and refused by name where it has not (see `art_agents.backend.art_train_config`); `verbose`
+        setting and refused by name where it has not (see `art_agents.art.arguments.art_train_config`); `verbose`
         prints a line when the step starts and ends. `progress=False` hides the step's bar (which
         `art_agents.progress` draws only on a terminal).
         """

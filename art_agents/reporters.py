@@ -10,7 +10,6 @@ a warning, and the step stands.
 
 from __future__ import annotations
 
-import importlib
 import os
 import warnings
 from collections.abc import Sequence
@@ -18,17 +17,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from art_agents.errors import ArtError
+from art_agents.parts import REPORTERS, load
 
 if TYPE_CHECKING:
-    from art_agents.model import TrainableModel
+    from art_agents.train_config import ModelConfig
     from art_agents.trajectory import TrajectoryGroup
 
 REPORT_TO_ENV = "ART_AGENTS_REPORT_TO"
-# name -> "module:class" of a Reporter taking the model; each lives in integrations/ with its extra
-REPORTERS = {
-    "wandb": "art_agents.integrations.wandb_metrics:WandbReporter",
-    "langfuse": "art_agents.integrations.langfuse_traces:LangfuseReporter",
-}
 LANGFUSE_KEYS = ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY")
 
 
@@ -42,6 +37,19 @@ class StepRecord:
     metrics: dict[str, float]
     started_at: float
     finished_at: float
+
+
+class ReportedModel(Protocol):
+    """What a reporter reads from its model. A TrainableModel satisfies it; a Protocol keeps this module below it."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def project(self) -> str: ...
+    @property
+    def base_model(self) -> str: ...
+    @property
+    def server_config(self) -> ModelConfig: ...
 
 
 class Reporter(Protocol):
@@ -71,13 +79,13 @@ def reporter_names(report_to: Sequence[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def create_reporters(names: Sequence[str], model: TrainableModel) -> list[Reporter]:
-    """Build the named reporters, naming the extra to install when a library is missing."""
+def create_reporters(names: Sequence[str], model: ReportedModel) -> list[Reporter]:
+    """Build the named reporters (classes in `art_agents.integrations`), naming the extra to install when a library
+    is missing."""
     reporters: list[Reporter] = []
     for name in names:
-        module_name, class_name = REPORTERS[name].split(":")
         try:
-            reporter_class = getattr(importlib.import_module(module_name), class_name)
+            reporter_class = load(REPORTERS[name])
         except ImportError as exc:
             raise ArtError(
                 f"report_to={name!r} needs the {name} extra ({exc}): pip install 'art-agents[{name}]' "

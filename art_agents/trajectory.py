@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from art_agents.choices import MessageList, Messages, MessagesAndChoices, choice_completion_id, choice_message
-from art_agents.errors import RolloutFailed
+from art_agents.errors import ArtError
 from art_agents.fatal import fatal_error
 from art_agents.messages import ChatMessage, as_messages
 from art_agents.schema import Schema
@@ -203,6 +203,15 @@ class Trajectory(History):
     @property
     def duration_s(self) -> float | None:
         return None if self.finished_at is None else self.finished_at - self.started_at
+
+
+class RolloutFailed(ArtError):
+    """A rollout raised; the partial trajectory rides along so the group keeps the evidence."""
+
+    def __init__(self, trajectory: Trajectory, cause: BaseException) -> None:
+        super().__init__(f"rollout failed: {type(cause).__name__}: {cause}")
+        self.trajectory = trajectory
+        self.cause = cause
 
 
 class RolloutException(Schema):

@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from art_agents.errors import ArtError
-from art_agents.ruler.llm import (
+from art_agents.llm import (
     CallTotals,
     CannotCall,
     InvalidAnswer,

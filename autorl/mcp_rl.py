@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import functools
 import json
+import shlex
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from art_agents.autorl.evaluation import EvalReport, evaluate, saved_evaluation
 from art_agents.autorl.generation import Generation
-from art_agents.autorl.run_config import RunConfig, RunSummary, registered_model
+from art_agents.autorl.mcp_rl_config import MCPRLConfig
+from art_agents.autorl.run_config import RunSummary, registered_model
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.autorl.scenarios import (
     Scenario,
@@ -28,62 +29,14 @@ from art_agents.autorl.scenarios import (
     generate_scenarios,
     split_scenarios,
 )
-from art_agents.autorl.scoring import TOOL_USE_RUBRIC, GroupScorer, RewardFn
+from art_agents.autorl.scoring import GroupScorer, RewardFn
 from art_agents.autorl.sft_warmup import Warmup, check_teacher, pending, sft_warmup, teacher
-from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout
+from art_agents.autorl.tool_rollout import server_rollout
+from art_agents.integrations.mcp import MCPServer
 from art_agents.loop import StepRecord, load_function, train_loop
 from art_agents.model import TrainableModel
-from art_agents.train_config import TrainSFTConfig
 
 Echo = Callable[[str], None]
-
-
-class MCPRLConfig(RunConfig):
-    """An MCP•RL run; the TOML form of `art-agents mcp-rl` uses these names."""
-
-    server: list[str] | str | None = Field(None, description="Command line of a stdio MCP server.")
-    url: str | None = Field(None, description="Streamable HTTP URL of an MCP server (instead of `server`).")
-    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers for `url` (auth).")
-    shared_session: bool = Field(
-        False, description="One MCP session for all rollouts; only for servers without side effects."
-    )
-    tool_timeout_s: float = Field(30.0, gt=0, description="Per tool call.")
-    name: str = "mcp-agent"
-    project: str = "mcp-rl"
-    rollout: ToolRolloutConfig = Field(default_factory=ToolRolloutConfig)
-    rubric: str = TOOL_USE_RUBRIC
-    reward: str | None = Field(None, description="`module:function` (scenario, trajectory) -> float, instead of RULER.")
-    scenarios: int = Field(24, ge=1, description="Training scenarios to generate.")
-    val_scenarios: int = Field(8, ge=1, description="Held-out scenarios, never trained on.")
-    out: Path = Field(Path("mcp-rl-run"), description="Run folder: scenarios, evaluations, checkpoints.")
-    sft_warmup: int = Field(
-        0, ge=0, description="Teacher rollouts per training scenario for an SFT warmup before RL (0: no warmup)."
-    )
-    teacher_model: str | None = Field(None, description="Model name of the warmup's teacher at its endpoint.")
-    teacher_params: dict[str, Any] = Field(
-        default_factory=dict, description="`api_base` (default OpenAI's) and `api_key` of the teacher's endpoint."
-    )
-    sft_min_reward: float = Field(0.5, description="Teacher rollouts scored below this are not imitated.")
-    sft: TrainSFTConfig = Field(default_factory=TrainSFTConfig, description="The warmup's `train_sft` settings.")
-
-    @model_validator(mode="after")
-    def _one_server(self) -> MCPRLConfig:
-        if (self.server is None) == (self.url is None):
-            raise ValueError("give exactly one MCP server: a command (`server`, --server) or a URL (`url`, --url)")
-        if self.sft_warmup and not self.teacher_model:
-            raise ValueError("the SFT warmup needs a teacher: give --teacher-model (and --teacher-api-base) too")
-        return self
-
-    def mcp_server(self) -> Any:
-        from art_agents.integrations.mcp import MCPServer
-
-        return MCPServer.parse(
-            self.server,
-            url=self.url,
-            headers=self.headers,
-            shared=self.shared_session,
-            tool_timeout_s=self.tool_timeout_s,
-        )
 
 
 class MCPRLSummary(RunSummary):
@@ -135,7 +88,7 @@ def _task(config: MCPRLConfig) -> dict[str, Any]:
     """What identifies the run: a rerun with other values here is another run."""
     return {
         "kind": "mcp-rl",
-        "server": config.server if config.url is None else config.url,
+        "server": config.mcp_server.url or shlex.join(config.mcp_server.command or []),
         "base_model": config.base_model,
         "name": config.name,
         "project": config.project,
@@ -164,7 +117,7 @@ async def run_mcp_rl(
         echo(f"resuming the run in {folder.path}")
     if config.sft_warmup and pending(folder):
         await check_teacher(teacher(config))
-    server = config.mcp_server()
+    server = config.mcp_server
     async with server:
         async with server.session() as probe:
             tasks = await prepare_scenarios(config, folder, probe, echo, scenarios)
@@ -242,7 +195,7 @@ async def _evaluation(
     config: MCPRLConfig,
     folder: RunFolder,
     model: TrainableModel,
-    server: Any,
+    server: MCPServer,
     val: list[Scenario],
     scorer: GroupScorer,
     *,

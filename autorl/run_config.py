@@ -95,7 +95,8 @@ class RunSummary(Schema):
 @asynccontextmanager
 async def registered_model(config: RunConfig, folder: RunFolder) -> AsyncIterator[TrainableModel]:
     """The run's model, registered on `config.base_url` or on a local server keeping its files in `folder`."""
-    from art_agents.backend import LocalBackend, RemoteBackend
+    from art_agents.backend import LocalBackend
+    from art_agents.remote import RemoteBackend
 
     backend = RemoteBackend(config.base_url, config.api_key) if config.base_url else LocalBackend(folder.art_path)
     model = TrainableModel(name=config.name, project=config.project, base_model=config.base_model, config=config.model)

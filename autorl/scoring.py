@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from art_agents.ruler.llm import CallTotals
+from art_agents.llm import CallTotals
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 TOOL_USE_RUBRIC = """The agent was given a task and the tools of an MCP server.

@@ -25,7 +25,7 @@ from art_agents.schema import Schema
 from art_agents.trajectory import TrajectoryGroup
 
 if TYPE_CHECKING:
-    from art_agents.autorl.mcp_rl import MCPRLConfig
+    from art_agents.autorl.mcp_rl_config import MCPRLConfig
     from art_agents.autorl.run_folder import RunFolder
     from art_agents.autorl.scenarios import Scenario
     from art_agents.autorl.scoring import GroupScorer

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from art_agents.autorl.generation import Generated, GenerationError, generate_items
-from art_agents.ruler.llm import Answer, CannotCall, NoValidAnswer, ask_for_object
+from art_agents.llm import Answer, CannotCall, NoValidAnswer, ask_for_object
 from art_agents.schema import Schema
 
 SETUP_SYSTEM = """You prepare reinforcement-learning training for a small language model. From a description

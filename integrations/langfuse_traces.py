@@ -17,7 +17,7 @@ the trajectory and score ids from their name, so a trajectory logged twice updat
 
 Langfuse being down never slows or breaks training: `record` only puts the record in a short queue
 (a step's traces are dropped with a warning when it is full) and returns; a thread of the reporter
-builds the spans and waits for each batch to be sent before building more, so OTel's span queue
+builds the spans (`langfuse_spans`) and waits for each batch to be sent before building more, so OTel's span queue
 never overflows and a dead host costs little more than that thread's waiting. Failures become one
 warning per kind, and `close()` and interpreter exit wait at most `LANGFUSE_TIMEOUT` seconds (5 by
 default) for what is still unsent.
@@ -25,8 +25,6 @@ default) for what is still unsent.
 
 from __future__ import annotations
 
-import atexit
-import hashlib
 import json
 import os
 import queue
@@ -38,22 +36,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from langfuse import Langfuse
-from langfuse.span_filter import is_default_export_span
-from opentelemetry import trace
-from opentelemetry.context import Context
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import TraceIdRatioBased
 
 from art_agents.errors import ArtError
+from art_agents.integrations.langfuse_spans import LangfuseWarning, Sink, TraceSpans, ns, shared_sink
 from art_agents.reporters import LANGFUSE_KEYS, StepRecord
 from art_agents.trajectory import ToolCallRecord, Trajectory, TrajectoryGroup, Turn
 
 if TYPE_CHECKING:
     from art_agents.model import TrainableModel
-
-SCOPE = "art_agents"  # instrumentation scope of our spans; the Langfuse processor is told to export it
 
 # Langfuse's OpenTelemetry attributes (the SDK's langfuse/_client/attributes.py; "property mapping" in its docs)
 TRACE_NAME = "langfuse.trace.name"
@@ -68,14 +58,11 @@ LEVEL = "langfuse.observation.level"
 STATUS_MESSAGE = "langfuse.observation.status_message"
 MODEL = "langfuse.observation.model.name"
 USAGE = "langfuse.observation.usage_details"
-ENVIRONMENT = "langfuse.environment"
-RELEASE = "langfuse.release"
 
 MAX_PENDING_RECORDS = 4  # train/log calls waiting for export; past it a step's traces are dropped with a warning
 SPANS_PER_FLUSH = 512  # the SDK's export batch: sent before more are built, so OTel's queue (2048) never overflows
 USAGE_NAMES = {"prompt_tokens": "input", "completion_tokens": "output", "total_tokens": "total"}
 RULER_LOG_PREFIX = "RULER ("
-_NO_PARENT = Context()  # an empty context: a root span even inside the caller's own OTel span
 
 
 class _Event(NamedTuple):
@@ -85,106 +72,6 @@ class _Event(NamedTuple):
     item: Turn | ToolCallRecord
     start: float
     end: float
-
-
-class LangfuseWarning(RuntimeWarning):
-    """Langfuse could not take some traces; training is unaffected."""
-
-
-class _ChosenIds(RandomIdGenerator):
-    """Random ids, except for the span the reporter starts next, whose ids it picked (per thread)."""
-
-    def __init__(self) -> None:
-        self._next = threading.local()
-
-    def pick(self, trace_id: int | None, span_id: int | None) -> None:
-        self._next.trace_id, self._next.span_id = trace_id, span_id
-
-    def generate_trace_id(self) -> int:
-        return getattr(self._next, "trace_id", None) or super().generate_trace_id()
-
-    def generate_span_id(self) -> int:
-        return getattr(self._next, "span_id", None) or super().generate_span_id()
-
-
-class _Sink:
-    """The Langfuse client and our provider for one public key.
-
-    The SDK keeps one client per public key in a process and ignores the `tracer_provider` of any
-    later one, so every reporter for a key shares this.
-    """
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-        self.timeout_s = float(os.environ.get("LANGFUSE_TIMEOUT") or 5)
-        self.ids = _ChosenIds()
-        self.provider = TracerProvider(
-            resource=Resource.create(
-                _from_environment({ENVIRONMENT: "LANGFUSE_TRACING_ENVIRONMENT", RELEASE: "LANGFUSE_RELEASE"})
-            ),
-            sampler=_sampler(),
-            id_generator=self.ids,
-            shutdown_on_exit=False,  # _exit does it, with a bounded wait
-        )
-        self.client = Langfuse(tracer_provider=self.provider, should_export_span=_exported)
-        self.tracer = self.provider.get_tracer(SCOPE)
-        self._flushing: threading.Thread | None = None
-        self._lock = threading.Lock()
-        if self.exporting:
-            atexit.register(self._exit)  # registered after the SDK's own exit handler, so it runs first
-
-    @property
-    def exporting(self) -> bool:
-        """Whether the SDK took our provider (not when tracing is off or a client for this key existed)."""
-        resources = getattr(self.client, "_resources", None)
-        return getattr(resources, "tracer_provider", None) is self.provider
-
-    def flush(self, wait_s: float) -> bool:
-        """Send what is queued (spans and scores), waiting at most `wait_s`; False when some is still unsent."""
-        with self._lock:
-            if self._flushing is None or not self._flushing.is_alive():
-                self._flushing = threading.Thread(target=self.client.flush, name="langfuse-flush", daemon=True)
-                self._flushing.start()
-            flushing = self._flushing
-        flushing.join(max(0.0, wait_s))
-        return not flushing.is_alive()
-
-    def _exit(self) -> None:
-        """Stop within `timeout_s`: the SDK's own exit flush tries every queued batch in turn (minutes when down).
-
-        The batch processor is shut first: its worker makes one last export, and the flush inside the
-        SDK's shutdown (which also unregisters the SDK's exit handler) returns at once.
-        """
-        deadline = time.monotonic() + self.timeout_s
-        stopping = [
-            threading.Thread(target=stop, daemon=True) for stop in (self.provider.shutdown, self.client.shutdown)
-        ]
-        for thread in stopping:
-            thread.start()
-        for thread in stopping:
-            thread.join(max(0.0, deadline - time.monotonic()))
-
-
-_sinks: dict[str, _Sink] = {}
-_sinks_lock = threading.Lock()
-
-
-def _sink() -> _Sink:
-    """The sink for the configured public key, created on first use."""
-    public_key = os.environ["LANGFUSE_PUBLIC_KEY"]
-    base_url = os.environ.get("LANGFUSE_BASE_URL") or os.environ.get("LANGFUSE_HOST") or "https://cloud.langfuse.com"
-    with _sinks_lock:
-        sink = _sinks.get(public_key)
-        if sink is None:
-            sink = _sinks[public_key] = _Sink(base_url)
-        elif sink.base_url != base_url:
-            warnings.warn(
-                f"Langfuse keeps one client per public key in a process: traces keep going to {sink.base_url}, "
-                f"not to {base_url}",
-                LangfuseWarning,
-                stacklevel=3,
-            )
-    return sink
 
 
 class LangfuseReporter:
@@ -201,13 +88,13 @@ class LangfuseReporter:
         # groups this run's traces in Langfuse's sessions view
         self.session_id = f"{model.project}/{model.name}/{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self._warned: set[str] = set()
-        self._sink: _Sink | None = None
+        self._sink: Sink | None = None
         self._pending: queue.Queue[StepRecord] = queue.Queue(MAX_PENDING_RECORDS)
         self._worker: threading.Thread | None = None
         self._unsent = 0  # spans built since the export thread last waited for a batch to go
         if os.environ.get("LANGFUSE_TRACING_ENABLED", "true").lower() == "false":
             return
-        sink = _sink()
+        sink = shared_sink()
         if sink.exporting:
             self._sink = sink
         else:
@@ -295,11 +182,11 @@ class LangfuseReporter:
         """Trace-level attributes, which Langfuse reads from every observation of the trace."""
         return {TRACE_NAME: f"{self.project}/{self.model_name} {name}", SESSION_ID: self.session_id, TRACE_TAGS: tags}
 
-    def _export_trajectory(self, sink: _Sink, trajectory: Trajectory, record: StepRecord, group: int) -> int:
+    def _export_trajectory(self, sink: Sink, trajectory: Trajectory, record: StepRecord, group: int) -> int:
         """Queue the trajectory's spans and scores; returns how many spans."""
         trace_id = Langfuse.create_trace_id(seed=trajectory.id)
         trace_attributes = self._trace_attributes("rollout", ["rollout", record.split])
-        spans = _TraceSpans(sink, trace_attributes, seed=trajectory.id, trace_id=int(trace_id, 16))
+        spans = TraceSpans(sink, trace_attributes, seed=trajectory.id, trace_id=int(trace_id, 16))
         events = [_Event(n, item, *_times(item, trajectory)) for n, item in enumerate(trajectory.timeline())]
         start = min([trajectory.started_at, *(e.start for e in events)])
         end = max([trajectory.finished_at or start, *(e.end for e in events)])
@@ -331,14 +218,14 @@ class LangfuseReporter:
                 name, attributes = (
                     _generation(trajectory, event.item, wires) if isinstance(event.item, Turn) else _tool(event.item)
                 )
-                spans.start(f"event/{event.number}", name, event.start, parent, attributes).end(end_time=_ns(event.end))
+                spans.start(f"event/{event.number}", name, event.start, parent, attributes).end(end_time=ns(event.end))
             if parent is not root:
-                parent.end(end_time=_ns(max(e.end for e in members)))
-        root.end(end_time=_ns(end))
+                parent.end(end_time=ns(max(e.end for e in members)))
+        root.end(end_time=ns(end))
         self._scores(sink, trajectory, trace_id, record)
         return spans.started
 
-    def _scores(self, sink: _Sink, trajectory: Trajectory, trace_id: str, record: StepRecord) -> None:
+    def _scores(self, sink: Sink, trajectory: Trajectory, trace_id: str, record: StepRecord) -> None:
         explanation = "\n".join(line for line in trajectory.logs if line.startswith(RULER_LOG_PREFIX)) or None
         scores: list[tuple[str, Any, str | None]] = [("reward", trajectory.reward, None)]
         if "ruler_score" in trajectory.metrics:
@@ -356,9 +243,9 @@ class LangfuseReporter:
                 metadata={"split": record.split, "step": record.step},
             )
 
-    def _export_step(self, sink: _Sink, record: StepRecord) -> None:
+    def _export_step(self, sink: Sink, record: StepRecord) -> None:
         title = f"{record.split} step {record.step}"
-        spans = _TraceSpans(sink, self._trace_attributes(title, ["step", record.split]))
+        spans = TraceSpans(sink, self._trace_attributes(title, ["step", record.split]))
         count = sum(len(_trajectories(group)) for group in record.groups)
         about = {"split": record.split, "step": record.step, **record.metrics}
         attributes = {
@@ -368,34 +255,7 @@ class LangfuseReporter:
             **_metadata(TRACE_METADATA, about),
         }
         span = spans.start("step", f"{self.project}/{self.model_name} {title}", record.started_at, None, attributes)
-        span.end(end_time=_ns(record.finished_at))
-
-
-class _TraceSpans:
-    """Starts the spans of one trace with explicit times; with a seed, their ids derive from it."""
-
-    def __init__(
-        self, sink: _Sink, trace_attributes: dict[str, Any], *, seed: str | None = None, trace_id: int | None = None
-    ) -> None:
-        self.sink, self.trace_attributes, self.seed, self.trace_id = sink, trace_attributes, seed, trace_id
-        self.started = 0
-
-    def start(
-        self, path: str, name: str, start_s: float, parent: trace.Span | None, attributes: Mapping[str, Any]
-    ) -> trace.Span:
-        context = _NO_PARENT if parent is None else trace.set_span_in_context(parent)
-        self.started += 1
-        if self.seed is not None:
-            self.sink.ids.pick(self.trace_id if parent is None else None, _span_id(f"{self.seed}/{path}"))
-        try:
-            return self.sink.tracer.start_span(
-                name,
-                context=context,
-                start_time=_ns(start_s),
-                attributes={**self.trace_attributes, **{k: v for k, v in attributes.items() if v is not None}},
-            )
-        finally:
-            self.sink.ids.pick(None, None)
+        span.end(end_time=ns(record.finished_at))
 
 
 def _trajectories(group: TrajectoryGroup) -> list[Trajectory]:
@@ -490,28 +350,3 @@ def _metadata(prefix: str, values: Mapping[str, Any]) -> dict[str, str]:
         for key, value in values.items()
         if value is not None
     }
-
-
-def _span_id(seed: str) -> int:
-    return int.from_bytes(hashlib.sha256(seed.encode()).digest()[:8], "big") or 1
-
-
-def _ns(seconds: float) -> int:
-    return int(seconds * 1e9)
-
-
-def _exported(span: ReadableSpan) -> bool:
-    """Our spans, and whatever the SDK exports by default (a user's own Langfuse client shares the provider)."""
-    scope = span.instrumentation_scope
-    return (scope is not None and scope.name == SCOPE) or is_default_export_span(span)
-
-
-def _from_environment(names: Mapping[str, str]) -> dict[str, str]:
-    """Resource attributes from the environment variables that are set."""
-    return {attribute: os.environ[variable] for attribute, variable in names.items() if os.environ.get(variable)}
-
-
-def _sampler() -> TraceIdRatioBased | None:
-    """LANGFUSE_SAMPLE_RATE, decided by trace id as the SDK does (so a trace's scores follow it)."""
-    rate = float(os.environ.get("LANGFUSE_SAMPLE_RATE") or 1.0)
-    return TraceIdRatioBased(rate) if rate < 1.0 else None

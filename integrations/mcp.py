@@ -2,43 +2,31 @@
 
 `MCPServer` says how to reach a server (a command for stdio, a URL for streamable HTTP);
 `server.session()` opens an `MCPSession`, whose tools a model sees as OpenAI function tools and
-whose `call_tool` records each call in the current trajectory.
-
-Each session holds its `mcp.Client` in an owner task of its own: anyio cancel scopes must be
-entered and exited by the same task, and a transport that fails then takes down only that task,
-never the rollout using the session. Closing always stops the server process, also when the rollout
-is cancelled. A parent killed with SIGKILL leaves no orphan: stdio servers exit when their stdin
-closes (checked by the tests for SDK-based servers). Over stdio the line reader is our own
-(`mcp_stdio`): it survives invalid UTF-8 and huge answers, which the SDK's does not.
+whose `call_tool` records each call in the current trajectory. The connection under a session
+(its owner task, the server process, and the errors when it fails) is `mcp_connection`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import copy
-import os
 import shlex
-import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import IO, TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from art_agents.capture import current_trajectory, record_tool_call
-from art_agents.errors import ArtError, SetupError
 from art_agents.extras import require_extra
+from art_agents.integrations.mcp_connection import MCPConnection, MCPError, MCPSchemaError
 from art_agents.integrations.mcp_tools import (
     all_pages,
     as_text,
     call_parts,
     command_label,
-    describe,
-    is_network_error,
-    leaf_error,
     openai_names,
     openai_tool,
     parse_arguments,
@@ -52,26 +40,7 @@ if TYPE_CHECKING:
     from mcp import Client
     from mcp.types import Tool
 
-    from art_agents.integrations.mcp_stdio import StdioState
-
-STDERR_TAIL_BYTES = 1500
-STDERR_TAIL_LINES = 12
 TRUNCATED_METRIC = "mcp_truncated_results"  # in trajectory.metrics: tool results cut to max_result_chars
-EXIT_WAIT_POLLS = 100  # 1 s for a server that closed its stdout to be reaped, so errors can say its exit code
-_owners: set[asyncio.Task[None]] = set()  # strong references: a closing owner must not be garbage collected
-
-
-class MCPError(ArtError):
-    """An MCP server cannot be started or reached, or went away; the message names the fix."""
-
-
-class MCPUnreachable(MCPError, SetupError):
-    """The server's command is missing or not executable, or its URL refuses: every rollout would hit it, so a
-    gather stops at once instead of counting it."""
-
-
-class MCPSchemaError(MCPError):
-    """A tool's inputSchema is not valid JSON Schema, so no model can be given that tool."""
 
 
 class ToolResult(Schema):
@@ -192,117 +161,42 @@ class MCPSession:
 
     def __init__(self, server: MCPServer) -> None:
         self.server = server
-        self.server_name: str = server.label
         self.instructions: str | None = None
         self.tools: list[Tool] = []
         self._openai_tools: list[dict[str, Any]] = []
         self._to_openai: dict[str, str] = {}
         self._to_mcp: dict[str, str] = {}
-        self._client: Client | None = None
-        self._pipe: StdioState | None = None
-        self._stderr: IO[bytes] | None = None
-        self._failure: Exception | None = None
-        self._ready = asyncio.Event()
-        self._closing = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._connection = MCPConnection(server, self._on_connect)
 
     @classmethod
     async def open(cls, server: MCPServer) -> MCPSession:
         """Start the server (or connect), initialize and list its tools, within `connect_timeout_s`."""
         require_extra("mcp", purpose="MCPServer.session()")  # else the import fails unseen, in the owner task
         session = cls(server)
-        # an empty context: the owner outlives the rollout that opened it and must not carry its trajectory
-        task = asyncio.create_task(session._own(), name=f"mcp:{server.label}", context=contextvars.Context())
-        session._task = task
-        _owners.add(task)
-        task.add_done_callback(_owners.discard)
-        try:
-            await asyncio.wait_for(session._ready.wait(), server.connect_timeout_s)
-        except TimeoutError:
-            await session.aclose()
-            raise MCPError(
-                f"MCP server '{server.label}' did not finish starting within connect_timeout_s="
-                f"{server.connect_timeout_s:g}s{session._stderr_tail()}; raise connect_timeout_s if it is slow to start "
-                "(a first `uvx`/`npx` run downloads packages), or check that it speaks MCP on stdout"
-            ) from None
-        except BaseException:
-            await session.aclose()
-            raise
-        if session._failure is not None:
-            error = session._open_error(session._failure)
-            await session.aclose()
-            raise error from None
+        await session._connection.open()
         return session
+
+    async def _on_connect(self, client: Client) -> None:
+        self.instructions = client.instructions
+        self._set_tools(await all_pages(client.list_tools, "tools"))
+
+    @property
+    def server_name(self) -> str:
+        """The server's own name (from its initialize answer) unless the MCPServer names it."""
+        return self._connection.server_name
 
     @property
     def pid(self) -> int | None:
-        return getattr(self._process, "pid", None)
-
-    @property
-    def _process(self) -> Any:
-        return self._pipe.process if self._pipe is not None else None
+        """The stdio server's process id (None over HTTP)."""
+        return getattr(self._connection.process, "pid", None)
 
     @property
     def closed(self) -> bool:
-        return self._task is None or self._task.done()
+        return self._connection.closed
 
     async def aclose(self) -> None:
         """Close the connection and stop the server; safe twice, and from a cancelled task."""
-        self._closing.set()
-        if self._task is not None:
-            if not self._ready.is_set():  # abandoned while opening: no polite shutdown for a server that never answered
-                if self._process is not None and self._process.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        self._process.terminate()
-                self._task.cancel()
-            await asyncio.wait({self._task})  # if this wait is cancelled, the owner still finishes closing
-        if self._stderr is not None:
-            self._stderr.close()
-
-    async def _own(self) -> None:
-        from mcp import Client
-        from mcp.types import Implementation
-
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                client = Client(
-                    await self._transport(stack),
-                    mode=self.server.protocol,
-                    read_timeout_seconds=self.server.connect_timeout_s,
-                    client_info=Implementation(name="art-agents", version="0"),
-                    cache=None,
-                )
-                await stack.enter_async_context(client)
-                self._client = client
-                info = client.server_info
-                self.server_name = self.server.name or (info.name if info and info.name else self.server.label)
-                self.instructions = client.instructions
-                self._set_tools(await all_pages(client.list_tools, "tools"))
-                self._ready.set()
-                await self._closing.wait()
-        except Exception as exc:
-            self._failure = exc
-        finally:
-            self._client = None
-            self._ready.set()
-
-    async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
-        if self.server.url is not None:
-            import httpx2
-            from mcp.client.streamable_http import streamable_http_client
-
-            timeout = httpx2.Timeout(self.server.connect_timeout_s, read=max(300.0, self.server.tool_timeout_s))
-            http = await stack.enter_async_context(httpx2.AsyncClient(headers=self.server.headers, timeout=timeout))
-            return streamable_http_client(self.server.url, http_client=http)
-        from art_agents.integrations.mcp_stdio import StdioState, stdio_transport
-
-        assert self.server.command is not None
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the session; aclose closes it)
-        self._pipe = StdioState()
-        env = {**os.environ, **(self.server.env or {})}
-        return stdio_transport(
-            self.server.command, env, self.server.cwd, self._stderr, self.server.max_message_bytes, self._pipe
-        )
+        await self._connection.aclose()
 
     def _set_tools(self, tools: list[Tool]) -> None:
         for tool in tools:
@@ -412,19 +306,19 @@ class MCPSession:
         from mcp import MCPError as SDKError
         from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
-        client = self._client
+        client = self._connection.client
         if client is None:
-            raise await self._gone()
+            raise await self._connection.gone()
         try:
             result = await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
         except SDKError as exc:
             if exc.code == CONNECTION_CLOSED:
-                raise await self._gone(exc.message) from None
+                raise await self._connection.gone(exc.message) from None
             if exc.code == REQUEST_TIMEOUT:
                 return "", f"tool {tool!r} timed out after {timeout_s:g}s (tool_timeout_s)", None
             return "", f"tool {tool!r} failed: {exc.message}", None
         except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream) as exc:
-            raise await self._gone(type(exc).__name__) from None
+            raise await self._connection.gone(type(exc).__name__) from None
         except (RuntimeError, ValidationError) as exc:  # the server answered something the SDK rejects
             return "", f"tool {tool!r} gave an invalid result: {exc}", None
         text = result_text(result)
@@ -438,9 +332,9 @@ class MCPSession:
         from mcp import MCPError as SDKError
         from mcp.types import CONNECTION_CLOSED, METHOD_NOT_FOUND
 
-        client = self._client
+        client = self._connection.client
         if client is None:
-            raise await self._gone()
+            raise await self._connection.gone()
         if capability is not None and getattr(client.server_capabilities, capability, None) is None:
             return []
         try:
@@ -449,7 +343,7 @@ class MCPSession:
             if exc.code == METHOD_NOT_FOUND and capability is not None:
                 return []
             if exc.code == CONNECTION_CLOSED:
-                raise await self._gone(exc.message) from None
+                raise await self._connection.gone(exc.message) from None
             raise MCPError(f"MCP server '{self.server_name}' refused the request: {exc.message}") from None
 
     def _record(
@@ -473,73 +367,3 @@ class MCPSession:
 
     def _tool_list(self) -> str:
         return ", ".join(self._to_openai) or "(none)"
-
-    def _where(self) -> str:
-        return self.server.url or f"`{shlex.join(self.server.command or [])}`"
-
-    def _exit_code(self) -> int | None:
-        return getattr(self._process, "returncode", None)
-
-    def _stderr_tail(self) -> str:
-        if self._stderr is None or self._stderr.closed:
-            return ""
-        size = os.fstat(self._stderr.fileno()).st_size
-        tail = os.pread(self._stderr.fileno(), STDERR_TAIL_BYTES, max(0, size - STDERR_TAIL_BYTES))
-        text = "\n".join(tail.decode(errors="replace").strip().splitlines()[-STDERR_TAIL_LINES:])
-        return f"; its stderr ends with:\n{text}\n" if text else ""
-
-    async def _gone(self, detail: str | None = None) -> MCPError:
-        """The error for a server that went away, with its exit code once the process is reaped."""
-        if self._closing.is_set() and self._failure is None:
-            return MCPError(
-                f"the session to MCP server '{self.server_name}' is closed; call its tools inside "
-                "`async with server.session() as session:`"
-            )
-        for _ in range(EXIT_WAIT_POLLS):
-            if self._process is None or self._exit_code() is not None:
-                break
-            await asyncio.sleep(0.01)
-        if self._pipe is not None and self._pipe.failure is not None:
-            detail = self._pipe.failure  # the transport's own reason beats the SDK's "Connection closed"
-        elif detail is None:
-            detail = describe(self._failure) if self._failure is not None else "connection closed"
-        if (code := self._exit_code()) is not None:
-            detail += f", exit code {code}"
-        return MCPError(
-            f"MCP server '{self.server_name}' ({self._where()}) exited during the session ({detail})"
-            f"{self._stderr_tail()}; its tools are gone for this rollout: check the server's log, then open a new "
-            "session"
-        )
-
-    def _open_error(self, failure: Exception) -> MCPError:
-        from mcp import MCPError as SDKError
-        from mcp.types import CONNECTION_CLOSED
-
-        leaf = leaf_error(failure)
-        if isinstance(leaf, MCPError):
-            return leaf
-        label, command = self.server.label, self.server.command
-        if command and isinstance(leaf, FileNotFoundError):
-            return MCPUnreachable(
-                f"MCP server '{label}': command {command[0]!r} not found; install it or check PATH "
-                "(or give the full path of the executable)"
-            )
-        if command and isinstance(leaf, PermissionError):
-            return MCPUnreachable(
-                f"MCP server '{label}': command {command[0]!r} is not executable; check its path and mode"
-            )
-        if self.server.url and is_network_error(leaf):
-            return MCPUnreachable(
-                f"MCP server '{label}': cannot connect to {self.server.url} ({describe(leaf)}); check that the "
-                "server is running and that the URL's host, port and path are right"
-            )
-        if command and isinstance(leaf, SDKError) and leaf.code == CONNECTION_CLOSED:
-            code = self._exit_code()
-            return MCPError(
-                f"MCP server '{label}' exited before it finished starting"
-                f"{f' (exit code {code})' if code is not None else ''}{self._stderr_tail()}; "
-                f"run {self._where()} by hand to see why"
-            )
-        return MCPError(
-            f"MCP server '{label}' ({self._where()}) failed to start: {describe(leaf)}{self._stderr_tail()}"
-        )

@@ -1,8 +1,8 @@
 """RULER: relative rewards for a group of trajectories from one LLM judge call."""
 
+from art_agents.llm import Backoff
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import InvalidJudgement, JudgeCall, JudgeScore, RulerError, parse_judgement
-from art_agents.ruler.llm import Backoff
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, common_prefix_length, render_judge_messages
 from art_agents.ruler.score import DEFAULT_JUDGE, RulerResult, kendall_tau, pass_orders, ruler, ruler_score_group
 

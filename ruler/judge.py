@@ -16,8 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from art_agents.errors import ArtError
-from art_agents.ruler.cache import JudgeCache
-from art_agents.ruler.llm import (
+from art_agents.llm import (
     DEFAULT_BACKOFF,
     Backoff,
     CannotCall,
@@ -27,6 +26,7 @@ from art_agents.ruler.llm import (
     ask_until_valid,
     load_json,
 )
+from art_agents.ruler.cache import JudgeCache
 
 
 class RulerError(ArtError):

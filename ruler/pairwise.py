@@ -11,8 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
-from art_agents.ruler.judge import RulerError
-from art_agents.ruler.llm import (
+from art_agents.llm import (
     DEFAULT_BACKOFF,
     Backoff,
     CallTotals,
@@ -21,6 +20,7 @@ from art_agents.ruler.llm import (
     NoValidAnswer,
     ask_for_object,
 )
+from art_agents.ruler.judge import RulerError
 
 Outcome = Literal["win", "loss", "tie"]
 

@@ -20,9 +20,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from art_agents.extras import require_extra
+from art_agents.llm import DEFAULT_BACKOFF, Backoff, CallTotals
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import JudgeCall, Judgement, JudgeScore, judge
-from art_agents.ruler.llm import DEFAULT_BACKOFF, Backoff, CallTotals
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, Messages, Tools, render_judge_messages, trajectory_ids
 from art_agents.ruler.prompt import response_format as answer_schema
 from art_agents.trajectory import TrajectoryGroup

@@ -166,7 +166,7 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
         with pytest.raises(ValidationError, match=named):
             art.TrainableModel(**base, **bad)  # type: ignore[arg-type]
 
-    from art_agents.backend import art_train_config
+    from art_agents.art.arguments import art_train_config
 
     config = art_train_config(
         art.TrainConfig(learning_rate=1e-4), {"kl_penalty_coef": 0.1, "normalize_by_length": False}

@@ -26,9 +26,19 @@ from mcp_fixtures import (
 )
 from pydantic import ValidationError
 
-from art_agents import Model, ToolCallRecord, Trajectory, TrajectoryGroup, Turn, gather_trajectory_groups, rollout
-from art_agents.errors import RolloutFailed, SetupError
-from art_agents.integrations.mcp import MCPError, MCPSchemaError, MCPServer, MCPUnreachable
+from art_agents import (
+    Model,
+    RolloutFailed,
+    ToolCallRecord,
+    Trajectory,
+    TrajectoryGroup,
+    Turn,
+    gather_trajectory_groups,
+    rollout,
+)
+from art_agents.errors import SetupError
+from art_agents.integrations.mcp import MCPError, MCPSchemaError, MCPServer
+from art_agents.integrations.mcp_connection import MCPUnreachable
 from art_agents.integrations.mcp_tools import openai_names, openai_tool, result_text
 from art_agents.messages import ToolCall
 

@@ -16,8 +16,8 @@ from test_engine_batching import decoding
 from test_trainer_on_policy import conversation, store_of
 
 from art_agents import TrajectoryGroup
-from art_agents.backend import RemoteBackend
 from art_agents.model import TrainableModel
+from art_agents.remote import RemoteBackend
 from art_agents.server.chat_format import render_prompt_ids
 from art_agents.server.engines.prefix_cache import BLOCK, NODE_BYTES, PrefixCache
 from art_agents.server.engines.protocol import Sample, SamplingParams

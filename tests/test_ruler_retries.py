@@ -23,8 +23,8 @@ import pytest
 from ruler_fixtures import judge_by_quality, make_group
 from scripted_openai import QuietHTTPServer
 
+from art_agents.llm import retry_after_s
 from art_agents.ruler import Backoff, RulerError, ruler_score_group
-from art_agents.ruler.llm import retry_after_s
 
 Step = tuple[int, dict[str, str]] | str  # an HTTP error status and its headers, or an answer's content
 
@@ -106,7 +106,7 @@ def rate_limited() -> Iterator[FlakyJudge]:
 async def test_a_rate_limited_judge_is_asked_again_after_its_retry_after(
     rate_limited: FlakyJudge, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="art_agents.ruler.llm")
+    caplog.set_level(logging.WARNING, logger="art_agents.llm")
     backoff = Backoff(initial_s=0.01)  # far below Retry-After: the server's wait must win
     scored = await ruler_score_group(make_group([0.2, 0.7]), backoff=backoff, **rate_limited.params())
 

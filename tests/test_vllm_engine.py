@@ -215,8 +215,8 @@ async def test_vllm_dying_mid_request_fails_it_then_restarts_with_the_step_reloa
 
 
 async def serve_vllm_model(url: str, base: Path, config: ModelConfig) -> Any:
-    from art_agents.backend import RemoteBackend
     from art_agents.model import TrainableModel
+    from art_agents.remote import RemoteBackend
 
     model = TrainableModel(name="v", project="p", base_model=str(base), config=config)
     await model.register(RemoteBackend(url))

@@ -11,7 +11,8 @@ ART programs import these from `art.langgraph`; here they are `art_agents.langgr
 
 No second capture mechanism: `wrap_rollout` runs the function inside `graph_rollout`, whose
 LangChain callbacks and capture transport record every call with its completion id, and then
-hands the captured messages and turns to the trajectory the function returned.
+hands the captured messages and turns to the trajectory the function returned. Needs the `langgraph`
+extra; our own LangGraph door is `art_agents.integrations.langgraph` (`wrap`, `graph_rollout`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """One LiteLLM conversation that asks again until the answer validates, with its cost accounted.
 
-The RULER judge and the AutoRL/MCP•RL generators share it: a bad answer is shown back to the model
-with the problem named at once, a timeout, rate limit or overloaded endpoint is asked again after a
-`Backoff` wait (the server's Retry-After when it sends one), at most `max_attempts` requests in all
-(LiteLLM's own retries are off, so the bound is real and every request is seen), and every request's
-tokens and price are kept.
+The RULER judge and the AutoRL/MCP•RL generators share it, so it sits in the core below both: a bad
+answer is shown back to the model with the problem named at once, a timeout, rate limit or overloaded
+endpoint is asked again after a `Backoff` wait (the server's Retry-After when it sends one), at most
+`max_attempts` requests in all (LiteLLM's own retries are off, so the bound is real and every request
+is seen), and every request's tokens and price are kept. LiteLLM is imported at the first call.
 """
 
 from __future__ import annotations

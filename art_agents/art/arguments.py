@@ -1,0 +1,178 @@
+"""ART's keyword arguments translated into ours: the one place where the core meets ART's argument shapes.
+
+`Model(...)` and `TrainableModel(...)` hand their keywords to `model_keywords` before validation, and
+`RemoteBackend.train` hands ART's training options to `art_train_config`. What has an equivalent here
+is mapped; what only names a W&B run or tunes ART's own Unsloth/vLLM services is accepted and
+ignored; anything else is refused by name, with the setting to use instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from art_agents.errors import ArtError
+from art_agents.train_config import TrainConfig
+
+# ART's keyword arguments that only name a Weights & Biases run (and `run_name`, ART's storage name): accepted and
+# ignored. The W&B reporter names its run after `name` (WANDB_ENTITY picks the entity), as do the files and the
+# served name.
+_RUN_LABELS = ("entity", "id", "run_id", "run_name")
+# ART's LoRA settings (`lora_config`, and `_internal_config["peft_args"]` before it) mapped to ModelConfig fields.
+_LORA_FIELDS = {
+    "rank": "lora_rank",
+    "r": "lora_rank",
+    "alpha": "lora_alpha",
+    "lora_alpha": "lora_alpha",
+    "dropout": "lora_dropout",
+    "lora_dropout": "lora_dropout",
+    "target_modules": "target_modules",
+    "random_state": "seed",
+}
+# `_internal_config["init_args"]` keys: mapped, accepted only at the value this server uses, or ignored (they only
+# tune the memory and speed of ART's Unsloth/vLLM services).
+_INIT_FIELDS = {"dtype": "dtype", "random_state": "seed"}
+_INIT_AT = {"load_in_4bit": False, "load_in_8bit": False, "full_finetuning": False, "trust_remote_code": False}
+_INIT_IGNORED = {
+    "max_seq_length",
+    "gpu_memory_utilization",
+    "fast_inference",
+    "disable_log_stats",
+    "enable_prefix_caching",
+    "use_async",
+    "max_lora_rank",
+    "float8_kv_cache",
+    "use_gradient_checkpointing",
+    "fix_tokenizer",
+}
+# `_internal_config` sections ignored whole: ART's vLLM engine arguments and GPU placement.
+_INTERNAL_IGNORED = {"engine_args", "trainer_gpu_ids", "inference_gpu_ids"}
+
+# ART's training options (its `_config` dict, `art.dev.TrainConfig`, and the keywords of its `backend.train`) that
+# this trainer has, by TrainConfig field.
+ART_TRAIN_FIELDS = {
+    "learning_rate": "learning_rate",
+    "beta": "beta",
+    "kl_penalty_coef": "beta",
+    "epsilon": "epsilon",
+    "epsilon_high": "epsilon_high",
+    "scale_rewards": "scale_rewards",
+    "truncated_importance_sampling": "tis_cap",
+}
+_ANY = object()
+# ART options accepted at the values that match what this trainer does anyway, or (_ANY) that only tune speed or
+# debugging output of ART's own trainer. Other values, and every option not listed, are refused by name.
+ART_TRAIN_NEUTRAL: dict[str, Any] = {
+    "allow_training_without_logprobs": _ANY,  # turns without stored tokens are re-tokenized and counted here
+    "precalculate_logprobs": _ANY,
+    "logprob_calculation_chunk_size": _ANY,
+    "plot_tensors": (False,),
+    "importance_sampling_level": ("token",),
+    "advantage_balance": (0, 0.0),
+    "scale_learning_rate_by_reward_std_dev": (False,),
+    "num_trajectories_learning_rate_multiplier_power": (0, 0.0),
+    "mask_prob_ratio": (False,),
+    "kimi_k2_tau": (None,),
+    "save_checkpoint": (True,),
+}
+
+
+def model_keywords(data: dict[str, Any], *, trainable: bool, owner: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`data` with ART's model keywords taken out, and the ModelConfig updates that its LoRA settings ask for.
+
+    W&B run labels are dropped; `trainable` must match the class (`owner`); `base_path` may only be ".art"
+    (the backend's folder holds the files); `report_metrics` becomes `report_to`; `lora_config` and
+    `_internal_config` (a TrainableModel's only) become updates of the ModelConfig the server loads.
+    """
+    data = dict(data)
+    for label in _RUN_LABELS:
+        data.pop(label, None)
+    if "trainable" in data and data.pop("trainable") is not trainable:
+        raise ValueError(f"trainable must be {trainable} for {owner}; use the other class")
+    if data.pop("base_path", ".art") not in (".art", None):
+        raise ValueError(
+            "base_path is not supported: files go under the backend's folder; pass it as LocalBackend(path=...)"
+        )
+    if "report_metrics" in data:
+        if data.get("report_to") is not None:
+            raise ValueError("give report_to or ART's report_metrics, not both")
+        data["report_to"] = data.pop("report_metrics")
+    art = {key: data.pop(key) for key in ("lora_config", "_internal_config") if key in data}
+    if art and not trainable:
+        raise ValueError(f"{' and '.join(art)} only apply to a TrainableModel")
+    return data, model_config_updates(art.get("lora_config"), art.get("_internal_config"))
+
+
+def model_config_updates(
+    lora_config: Mapping[str, Any] | None, internal_config: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The ModelConfig fields that ART's `lora_config` and `_internal_config` set; what cannot be honoured is refused
+    by name."""
+    updates: dict[str, Any] = {}
+    refused: list[str] = []
+
+    def lora(section: str, values: Mapping[str, Any]) -> None:
+        for key, value in values.items():
+            if key in _LORA_FIELDS:
+                updates[_LORA_FIELDS[key]] = value
+            else:
+                refused.append(f"{section}.{key}")
+
+    lora("lora_config", lora_config or {})
+    for section, values in (internal_config or {}).items():
+        if section in _INTERNAL_IGNORED:
+            continue
+        if section == "peft_args" and isinstance(values, Mapping):
+            lora("_internal_config.peft_args", values)
+        elif section == "init_args" and isinstance(values, Mapping):
+            for key, value in values.items():
+                if key in _INIT_FIELDS:
+                    updates[_INIT_FIELDS[key]] = value
+                elif key in _INIT_AT and value == _INIT_AT[key]:
+                    continue
+                elif key not in _INIT_IGNORED:
+                    refused.append(f"_internal_config.init_args.{key}={value!r}")
+        elif values not in (None, {}, []):
+            refused.append(f"_internal_config.{section}")
+    if refused:
+        raise ValueError(
+            f"not supported by art-agents: {', '.join(refused)}. LoRA settings map to ModelConfig (rank, alpha, "
+            "dropout, target_modules, random_state); engine_args and GPU placement are ignored; use "
+            "`config=art_agents.ModelConfig(...)` for the rest (engine, dtype, device, batch size)"
+        )
+    return updates
+
+
+def art_train_config(
+    config: TrainConfig | None, dev_config: Mapping[str, Any] | None = None, **options: Any
+) -> TrainConfig:
+    """`config` with ART's training options applied (`_config`, or `backend.train` keywords; these win).
+
+    Mapped: learning_rate, beta / kl_penalty_coef (KL penalty), epsilon, epsilon_high, scale_rewards,
+    truncated_importance_sampling (tis_cap), and normalize_by_length=False (loss="dr_grpo"). Speed and
+    debugging knobs of ART's trainer are accepted and ignored; anything else raises ArtError naming it.
+    """
+    given = {**(dev_config or {}), **options}
+    updates: dict[str, Any] = {}
+    refused: list[str] = []
+    for key, value in given.items():
+        neutral = ART_TRAIN_NEUTRAL.get(key)
+        if key in ART_TRAIN_FIELDS:
+            updates[ART_TRAIN_FIELDS[key]] = value
+        elif key == "normalize_by_length" and isinstance(value, bool):
+            if not value:
+                updates["loss"] = "dr_grpo"
+            elif (config or TrainConfig()).loss == "dr_grpo":
+                refused.append("normalize_by_length=True with loss='dr_grpo'")
+        elif neutral is _ANY or (neutral is not None and value in neutral):
+            continue
+        else:
+            refused.append(f"{key}={value!r}")
+    if refused:
+        raise ArtError(
+            f"training options not supported by art-agents: {', '.join(refused)}. Supported: "
+            f"{', '.join(sorted(ART_TRAIN_FIELDS))}, normalize_by_length; the rest of TrainConfig (loss, "
+            "num_iterations, max_staleness, ...) is set with art_agents.TrainConfig(...)"
+        )
+    base = config or TrainConfig()
+    return TrainConfig.model_validate({**base.model_dump(), **updates}) if updates else base
