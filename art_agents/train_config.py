@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from art_agents.schema import Schema
 
-LossType = Literal["grpo", "dr_grpo", "dapo"]
+LossType = Literal["grpo", "dr_grpo", "dapo", "cispo"]
 
 
 class TrainConfig(Schema):
@@ -35,12 +35,29 @@ class TrainConfig(Schema):
         description=(
             "`grpo`: token losses averaged per sequence, then over sequences (DeepSeekMath). "
             "`dr_grpo`: token losses summed and divided by a constant (`max_completion_tokens`), no "
-            "length bias (Dr. GRPO). `dapo`: token losses averaged over all tokens of the batch (DAPO)."
+            "length bias (Dr. GRPO). `dapo`: token losses averaged over all tokens of the batch (DAPO). "
+            "`cispo`: REINFORCE on each token's logprob weighted by its importance ratio capped at `epsilon_high` "
+            "(the weight carries no gradient, so no token's gradient is clipped away; MiniMax-M1, TRL's `cispo`, "
+            "ART's default loss), averaged over all tokens of the batch as `dapo`. The default stays `grpo`: the "
+            "learning figures in the README were measured with it."
+        ),
+    )
+    importance_sampling_level: Literal["token", "sequence"] = Field(
+        "token",
+        description=(
+            "`token`: each token's own importance ratio. `sequence` (GSPO, TRL's and ART's name): one ratio per "
+            "trained sequence, exp of the mean log-ratio of its trained tokens, for every token of it; with "
+            "GSPO's small clip ranges (epsilon 3e-4, epsilon_high 4e-4)."
         ),
     )
     epsilon: float = Field(0.2, ge=0, description="Lower clip range of the importance ratio: 1 - epsilon.")
     epsilon_high: float | None = Field(
-        None, ge=0, description="Upper clip range: 1 + epsilon_high. None means `epsilon` (DAPO uses 0.28)."
+        None,
+        ge=0,
+        description=(
+            "Upper clip range: 1 + epsilon_high. None means `epsilon` (DAPO uses 0.28). For `cispo` it is the cap "
+            "of the ratio itself, and must be given (TRL's docs use 5.0, ART 4.0)."
+        ),
     )
     beta: float = Field(
         0.0,
@@ -111,6 +128,14 @@ class TrainConfig(Schema):
     @property
     def clip_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
+
+    @model_validator(mode="after")
+    def _cispo_cap(self) -> TrainConfig:
+        if self.loss == "cispo" and self.epsilon_high is None:
+            raise ValueError(
+                "loss='cispo' caps the importance ratio at epsilon_high; give it, e.g. epsilon_high=4.0 (ART) or 5.0"
+            )
+        return self
 
 
 class ModelConfig(Schema):

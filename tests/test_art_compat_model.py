@@ -175,6 +175,9 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
     assert art_train_config(None, {"precalculate_logprobs": True}, learning_rate=1e-5).learning_rate == 1e-5
     with pytest.raises(art.ArtError, match=r"ppo=True, advantage_balance=0\.5"):
         art_train_config(None, {"ppo": True, "advantage_balance": 0.5})
+    assert art_train_config(None, {"importance_sampling_level": "sequence"}).importance_sampling_level == "sequence"
+    with pytest.raises(art.ArtError, match=r"importance_sampling_level='average'"):
+        art_train_config(None, {"importance_sampling_level": "average"})
 
 
 def test_iterate_dataset_batches_epochs_and_resumes() -> None:

@@ -1,4 +1,4 @@
-"""Our GRPO loss and gradients against TRL's own `GRPOTrainer._compute_loss`, at temperature 0.7.
+"""Our GRPO, CISPO and GSPO losses and gradients against TRL's own `GRPOTrainer._compute_loss`, at temperature 0.7.
 
 TRL is the reference (tests/trl_reference.py drives its real code); our formulas are not. Each
 variant is checked on a real LoRA of the tiny model: loss and every LoRA gradient to 1e-5.
@@ -108,10 +108,24 @@ VARIANTS = {
 }
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "dapo"])
+VARIANTS_BY_LOSS = [(loss, variant) for loss in ("grpo", "dr_grpo", "dapo") for variant in VARIANTS] + [
+    ("cispo", "on-policy"),  # CISPO (TRL's cispo: the weight min(r, epsilon_high) carries no gradient)
+    ("cispo", "capped"),
+    ("cispo", "kl"),
+    ("grpo", "sequence"),  # GSPO: one importance ratio per sequence
+    ("dapo", "sequence"),
+    ("grpo", "sequence-kl"),
+]
+VARIANTS |= {
+    "capped": {"old": True, "epsilon_high": 1.1},  # some ratios over the cap, some under
+    "sequence": {"old": True, "epsilon": 3e-2, "epsilon_high": 4e-2, "level": "sequence"},
+    "sequence-kl": {"old": True, "beta": 0.04, "level": "sequence"},
+}
+
+
+@pytest.mark.parametrize(("loss_type", "variant"), VARIANTS_BY_LOSS)
 def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str) -> None:
-    settings = VARIANTS[variant]
+    settings = {"epsilon_high": 5.0, **VARIANTS[variant]} if loss_type == "cispo" else VARIANTS[variant]
     prompt_ids, prompt_mask, completion_ids, completion_mask = trl_pad_batch([PROMPT] * 3, COMPLETIONS, 0)
     current = completion_logps(model, completion_ids)
     noise = torch.randn(current.shape, generator=torch.Generator().manual_seed(3)) * 0.3
@@ -128,8 +142,11 @@ def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str) 
         trl_kwargs["importance_sampling_ratio"] = torch.exp(
             (extras["old"] - extras["sampler"]) * completion_mask
         ).clamp(max=settings["tis_cap"])
+    level = settings.get("level", "token")
     config = TrainConfig(
         loss=loss_type,  # type: ignore[arg-type]
+        importance_sampling_level=level,
+        epsilon=settings.get("epsilon", 0.2),
         epsilon_high=settings.get("epsilon_high"),
         beta=settings.get("beta", 0.0),
         tis_cap=settings.get("tis_cap"),
@@ -137,8 +154,9 @@ def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str) 
     )
     reference = trl_grpo_loss(
         model, prompt_ids, completion_ids, completion_mask, torch.tensor(ADVANTAGES), loss_type=loss_type,
-        temperature=TEMPERATURE, prompt_mask=prompt_mask, epsilon_high=settings.get("epsilon_high"),
-        beta=settings.get("beta", 0.0), max_completion_length=8, **trl_kwargs,
+        temperature=TEMPERATURE, prompt_mask=prompt_mask, epsilon=settings.get("epsilon", 0.2),
+        epsilon_high=settings.get("epsilon_high"), beta=settings.get("beta", 0.0), max_completion_length=8,
+        importance_sampling_level=level, **trl_kwargs,
     )  # fmt: skip
     mine = ours(model, single_turn_sequences(), config, extras)
     assert float(mine.detach()) == pytest.approx(float(reference.detach()), abs=1e-5)
@@ -196,3 +214,19 @@ def _turn(completion: list[int]) -> Any:
     from art_agents.server.training.sequences import _TurnTokens
 
     return _TurnTokens(PROMPT, completion, [0.0] * len(completion), None, TEMPERATURE)
+
+
+def test_the_sequence_level_and_the_cispo_cap_change_what_is_trained(model: Any) -> None:
+    """The variants above are not the token-level GRPO loss in disguise: each setting moves the loss."""
+    _, _, completion_ids, completion_mask = trl_pad_batch([PROMPT] * 3, COMPLETIONS, 0)
+    current = completion_logps(model, completion_ids)
+    noise = torch.randn(current.shape, generator=torch.Generator().manual_seed(3)) * 0.3
+    extras = {"completion_mask": completion_mask, "old": (current + noise) * completion_mask}
+
+    def loss(**settings: Any) -> float:
+        return float(ours(model, single_turn_sequences(), TrainConfig(**settings), extras).detach())
+
+    assert loss(importance_sampling_level="sequence") != pytest.approx(loss(), abs=1e-4)
+    assert loss(loss="cispo", epsilon_high=1.1) != pytest.approx(loss(loss="cispo", epsilon_high=5.0), abs=1e-4)
+    with pytest.raises(ValueError, match="cispo' caps the importance ratio at epsilon_high"):
+        TrainConfig(loss="cispo")

@@ -4,7 +4,7 @@
 (trl/trainer/grpo_trainer.py:3020) on a stand-in made with `object.__new__(GRPOTrainer)`, so
 `GRPOTrainer.__init__` never runs. The stand-in sets only what `_compute_loss` and
 `_get_per_token_logps_and_entropies` read: `model`, `loss_type`, `epsilon_low`, `epsilon_high`,
-`beta`, `max_completion_length`, `importance_sampling_level="token"`, `top_entropy_quantile=1.0`,
+`beta`, `max_completion_length`, `importance_sampling_level`, `top_entropy_quantile=1.0`,
 `off_policy_mask_threshold=None`, `aux_loss_enabled=False`, `_entropy_bonus_enabled=False`,
 `use_vllm`/`vllm_importance_sampling_correction` (True only when an `importance_sampling_ratio` is
 given), `current_gradient_accumulation_steps=1`, `_metrics`, `state.global_step`,
@@ -129,6 +129,7 @@ def trl_grpo_loss(
     use_bias_correction_kl: bool = True,
     num_items_in_batch: int | None = None,
     importance_sampling_ratio: torch.Tensor | None = None,
+    importance_sampling_level: str = "token",
     metrics_out: dict[str, list[float]] | None = None,
 ) -> torch.Tensor:
     """GRPO loss from TRL's `GRPOTrainer._compute_loss` (differentiable wrt `model`'s parameters).
@@ -148,7 +149,7 @@ def trl_grpo_loss(
         epsilon_high=epsilon if epsilon_high is None else epsilon_high,
         beta=beta,
         max_completion_length=max_completion_length,
-        importance_sampling_level="token",
+        importance_sampling_level=importance_sampling_level,
         top_entropy_quantile=1.0,
         off_policy_mask_threshold=None,
         aux_loss_enabled=False,

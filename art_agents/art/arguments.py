@@ -67,7 +67,6 @@ ART_TRAIN_NEUTRAL: dict[str, Any] = {
     "precalculate_logprobs": _ANY,
     "logprob_calculation_chunk_size": _ANY,
     "plot_tensors": (False,),
-    "importance_sampling_level": ("token",),
     "advantage_balance": (0, 0.0),
     "scale_learning_rate_by_reward_std_dev": (False,),
     "num_trajectories_learning_rate_multiplier_power": (0, 0.0),
@@ -149,7 +148,8 @@ def art_train_config(
     """`config` with ART's training options applied (`_config`, or `backend.train` keywords; these win).
 
     Mapped: learning_rate, beta / kl_penalty_coef (KL penalty), epsilon, epsilon_high, scale_rewards,
-    truncated_importance_sampling (tis_cap), and normalize_by_length=False (loss="dr_grpo"). Speed and
+    truncated_importance_sampling (tis_cap), importance_sampling_level token or sequence (GSPO), and
+    normalize_by_length=False (loss="dr_grpo"). Speed and
     debugging knobs of ART's trainer are accepted and ignored; anything else raises ArtError naming it.
     """
     given = {**(dev_config or {}), **options}
@@ -159,6 +159,8 @@ def art_train_config(
         neutral = ART_TRAIN_NEUTRAL.get(key)
         if key in ART_TRAIN_FIELDS:
             updates[ART_TRAIN_FIELDS[key]] = value
+        elif key == "importance_sampling_level" and value in ("token", "sequence"):  # "average" etc. are refused
+            updates["importance_sampling_level"] = value
         elif key == "normalize_by_length" and isinstance(value, bool):
             if not value:
                 updates["loss"] = "dr_grpo"
@@ -171,8 +173,8 @@ def art_train_config(
     if refused:
         raise ArtError(
             f"training options not supported by art-agents: {', '.join(refused)}. Supported: "
-            f"{', '.join(sorted(ART_TRAIN_FIELDS))}, normalize_by_length; the rest of TrainConfig (loss, "
-            "num_iterations, max_staleness, ...) is set with art_agents.TrainConfig(...)"
+            f"{', '.join(sorted(ART_TRAIN_FIELDS))}, importance_sampling_level (token, sequence), normalize_by_length; "
+            "the rest of TrainConfig (loss, num_iterations, max_staleness, ...) is set with art_agents.TrainConfig(...)"
         )
     base = config or TrainConfig()
     return TrainConfig.model_validate({**base.model_dump(), **updates}) if updates else base

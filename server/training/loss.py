@@ -1,9 +1,11 @@
-"""GRPO loss variants (`grpo`, `dr_grpo`, `dapo`) over token-level logprobs; the knobs live in TrainConfig.
+"""GRPO loss variants (`grpo`, `dr_grpo`, `dapo`, `cispo`) over token-level logprobs; the knobs live in TrainConfig.
 
 Per token t of sequence i (mask m, advantage A_i shared by every sequence of its trajectory):
     logp = log_softmax(logits / temperature)[token]  the policy that sampled (temperature per token)
-    r = exp(logp - logp_old)                         importance ratio
+    r = exp(logp - logp_old)                         importance ratio (`token` level), or for every token of
+        exp(sum_t m*(logp - logp_old) / sum_t m)     sequence i at the `sequence` level (GSPO)
     l = -min(r * A_i, clip(r, 1 - epsilon, 1 + clip_high) * A_i) * w + beta * kl * r
+    cispo: l = -sg(min(r, epsilon_high)) * A_i * logp * w + beta * kl * r    (sg: no gradient through it)
     kl = exp(logp_ref - logp) - (logp_ref - logp) - 1   (k3 estimator; logp_ref from the base model)
     w = min(exp(logp_old - logp_sampler), tis_cap)  truncated importance sampling (1 without `tis_cap`)
 The KL term is weighted by r as in TRL (`use_bias_correction_kl`, DeepSeek-V3.2): its value is
@@ -13,7 +15,7 @@ trajectory j over all its sequences), so neither micro-batching nor how a trajec
 merged into sequences changes anything:
     grpo:    (1/N) * sum_j [ sum_{t in j} m*l / L_j ]      (TRL's per-sequence mean, per trajectory)
     dr_grpo: sum_{i,t} m*l / (N * max_completion_tokens)
-    dapo:    sum_{i,t} m*l / T
+    dapo, cispo: sum_{i,t} m*l / T
 `logp_old` is the policy at the start of the step (see trainer.py for why, and how it is obtained).
 """
 
@@ -79,9 +81,15 @@ def policy_loss(
     mask = mask.to(logps.dtype)
     lengths = mask.sum(1) if trajectory_tokens is None else trajectory_tokens.to(logps.dtype)
     adv = advantages.to(logps.dtype).unsqueeze(1)
-    ratio = torch.exp(logps - old_logps)
-    clipped = torch.clamp(ratio, 1 - config.epsilon, 1 + config.clip_high)
-    per_token = -torch.min(ratio * adv, clipped * adv)
+    log_ratio = logps - old_logps
+    if config.importance_sampling_level == "sequence":
+        log_ratio = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1.0)
+    ratio = torch.exp(log_ratio)
+    if config.loss == "cispo":
+        per_token = -torch.clamp(ratio, max=config.clip_high).detach() * adv * logps
+    else:
+        clipped = torch.clamp(ratio, 1 - config.epsilon, 1 + config.clip_high)
+        per_token = -torch.min(ratio * adv, clipped * adv)
     if config.tis_cap is not None and sampler_logps is not None:
         with torch.no_grad():
             weight = torch.exp(old_logps - sampler_logps).clamp(max=config.tis_cap)
@@ -98,12 +106,16 @@ def policy_loss(
         loss = (masked.sum(1) / lengths.clamp(min=1.0)).sum() / totals.trajectories
     elif config.loss == "dr_grpo":
         loss = masked.sum() / (totals.trajectories * config.max_completion_tokens)
-    elif config.loss == "dapo":
+    elif config.loss in ("dapo", "cispo"):
         loss = masked.sum() / max(totals.tokens, 1)
     else:
-        raise ValueError(f"unknown loss {config.loss!r}; use grpo, dr_grpo or dapo")
+        raise ValueError(f"unknown loss {config.loss!r}; use grpo, dr_grpo, dapo or cispo")
     with torch.no_grad():
-        was_clipped = ((ratio < 1 - config.epsilon) & (adv < 0)) | ((ratio > 1 + config.clip_high) & (adv > 0))
+        if config.loss == "cispo":  # capped weights (TRL's cispo_clip_ratio)
+            was_clipped = (ratio > config.clip_high) & (adv > 0)
+        else:
+            was_clipped = ((ratio < 1 - config.epsilon) & (adv < 0)) | ((ratio > 1 + config.clip_high) & (adv > 0))
+        was_clipped = was_clipped.expand_as(mask)
         sums = {"clipped_tokens": float((was_clipped.to(mask.dtype) * mask).sum())}
         if kl is not None:
             sums["kl_sum"] = float((kl * mask).sum())

@@ -1,8 +1,8 @@
 """One GRPO step on a PEFT LoRA model from trajectory groups: advantages, exact-token sequences, update.
 
-The trainer updates the PeftModel the engine serves, in place (the service pauses generation for the
-duration). If anything fails mid-step the LoRA weights and optimizer state are restored, so the model
-still serves the last good checkpoint.
+The trainer updates the policy's PeftModel (training/policy_model.py), never the engine's: the engine serves
+the last checkpoint until the new one is published. If anything fails mid-step the policy's LoRA weights and
+optimizer state are restored, so it stays equal to the checkpoint being served.
 
 The policy trained is the one that sampled: logits divided by each token's sampling temperature,
 untruncated (top-p only narrowed which tokens were drawn). Old logprobs: the importance ratio is
