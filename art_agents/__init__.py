@@ -2,13 +2,13 @@
 
 import os
 
-# ART's import paths (`art.local`, `art.langgraph`, `art.rewards`, `art.utils`) are modules of art_agents/art/,
-# which holds all of ART compatibility. With that folder on this package's path they import as
+# ART's import paths (`art.dev`, `art.local`, `art.langgraph`, `art.rewards`, `art.utils`) are modules of
+# art_agents/art/, which holds all of ART compatibility. With that folder on this package's path they import as
 # `art_agents.local` and so on: one file each, in one place, with no twin module left in the core.
 __path__.append(os.path.join(os.path.dirname(__file__), "art"))
 
 # ruff: noqa: E402 - the imports below need the path above
-from art_agents import local, utils  # ART's `art.local` and `art.utils`, reachable as attributes too
+from art_agents import dev, local, utils  # ART's `art.dev`, `art.local`, `art.utils`, reachable as attributes too
 from art_agents.backend import Backend, LocalBackend
 from art_agents.capture import current_trajectory, record_completion, record_tool_call, rollout, span
 from art_agents.errors import ArtError, ServerError, SetupError, TooManyExceptions
@@ -56,6 +56,7 @@ __all__ = [
     "Turn",
     "__version__",
     "current_trajectory",
+    "dev",
     "gather_trajectories",
     "gather_trajectory_groups",
     "local",

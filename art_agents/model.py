@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from art_agents import parts
-from art_agents.art.arguments import model_keywords
+from art_agents.art.arguments import model_config_updates, model_keywords
 from art_agents.errors import ArtError, SetupError
 from art_agents.names import check_safe_name
 from art_agents.reporters import create_reporters, reporter_names
@@ -157,6 +157,9 @@ class TrainableModel(Model):
     _backend: Backend | None = PrivateAttr(default=None)
     _server_config: ModelConfig | None = PrivateAttr(default=None)
     _reporters: list[Reporter] = PrivateAttr(default_factory=list)
+    # ART programs may set `model._internal_config = art.dev.InternalModelConfig(...)` after construction; it is
+    # read at `register` (as the keyword is at construction), so it takes effect or is refused by name.
+    _internal_config: Mapping[str, Any] | None = PrivateAttr(default=None)
 
     @field_validator("name", "project")
     @classmethod
@@ -205,6 +208,11 @@ class TrainableModel(Model):
                 f"_openai_client_config is not supported ({', '.join(_openai_client_config)}): the backend runs the "
                 "server; set its port with LocalBackend(port=...) or start `art-agents serve` and use RemoteBackend"
             )
+        if self._internal_config:
+            try:
+                self._update_server_config(model_config_updates(None, self._internal_config))
+            except ValueError as exc:
+                raise ArtError(f"model._internal_config: {exc}") from exc
         reporters = create_reporters(reporter_names(self.report_to), self)
         await backend.register(self)
         self._backend = backend

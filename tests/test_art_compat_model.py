@@ -180,6 +180,27 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
         art_train_config(None, {"importance_sampling_level": "average"})
 
 
+async def test_an_internal_config_set_after_construction_takes_effect_at_register(
+    backend: LocalBackend, art_path: Path, tiny_model_path: Path
+) -> None:
+    """ART's 2048 example sets `model._internal_config = art.dev.InternalModelConfig(...)` after construction."""
+    model = art.TrainableModel(name="late", project="art", base_model=str(tiny_model_path), config=TOY_MODEL_CONFIG)
+    model._internal_config = art.dev.InternalModelConfig(
+        init_args=art.dev.InitArgs(max_seq_length=8192, random_state=7),
+        engine_args=art.dev.EngineArgs(enforce_eager=True),
+        peft_args=art.dev.PeftArgs(r=4, lora_alpha=8),
+    )
+    await model.register(backend)
+    stored = json.loads((art_path / "art" / "models" / "late" / "model.json").read_text())["config"]
+    assert (stored["lora_rank"], stored["lora_alpha"], stored["seed"]) == (4, 8, 7)
+
+    refused = art.TrainableModel(name="late4bit", project="art", base_model=str(tiny_model_path))
+    refused._internal_config = art.dev.InternalModelConfig(init_args=art.dev.InitArgs(load_in_4bit=True))
+    with pytest.raises(art.ArtError, match=r"_internal_config.init_args.load_in_4bit=True"):
+        await refused.register(backend)
+    assert not (art_path / "art" / "models" / "late4bit").exists()
+
+
 def test_iterate_dataset_batches_epochs_and_resumes() -> None:
     data = list(range(10))
     random.seed(123)
