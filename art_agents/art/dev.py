@@ -86,6 +86,8 @@ class TrainConfig(TypedDict, total=False):
     learning_rate: float
     beta: float
     kl_penalty_coef: float
+    ppo: bool
+    advantage_balance: float
     epsilon: float
     epsilon_high: float
     scale_rewards: bool
@@ -95,3 +97,7 @@ class TrainConfig(TypedDict, total=False):
     allow_training_without_logprobs: bool
     precalculate_logprobs: bool
     logprob_calculation_chunk_size: int
+
+
+class TrainSFTConfig(TypedDict, total=False):
+    """ART's experimental SFT options (it declares none)."""
