@@ -51,6 +51,7 @@ class Backend(Protocol):
         progress: bool = True,
         _config: Mapping[str, Any] | None = None,
         verbose: bool = False,
+        metrics: Mapping[str, float] | None = None,
     ) -> TrainResult: ...
     async def train_sft(
         self,

@@ -7,55 +7,42 @@ from __future__ import annotations
 
 import importlib
 import json
-import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from pydantic import Field
 
-from art_agents.errors import ArtError
-from art_agents.gather import AfterEach, gather_trajectory_groups
+from art_agents.draws import (
+    MAX_IDLE_DRAWS,
+    AfterTrain,
+    IdleDraws,
+    RolloutFn,
+    ScenarioSource,
+    ShuffledCycle,
+    StepRecord,
+    run_draw,
+    scenario_source,
+)
+from art_agents.gather import AfterEach
 from art_agents.model import TrainableModel
+from art_agents.pipeline import pipeline_loop
 from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig
-from art_agents.trajectory import Trajectory, TrajectoryGroup
 
-RolloutFn = Callable[[TrainableModel, Any], Awaitable[Trajectory]]
-AfterTrain = Callable[["StepRecord", list[TrajectoryGroup]], Awaitable[None]]
-MAX_IDLE_DRAWS = 5  # draws in a row without a training signal before the loop gives up
-
-
-class StepRecord(Schema):
-    step: int = Field(description="The step served after this train call.")
-    advanced: bool = Field(description="False when no group had a reward spread, so nothing trained.")
-    reward_mean: float
-    rollouts: int
-    exceptions: int
-    rollout_s: float
-    train_s: float
-    metrics: dict[str, float] = Field(default_factory=dict)
-
-
-class ScenarioSource(Protocol):
-    """Where each draw's scenarios come from: a pool that can change between draws (a curriculum)."""
-
-    def pick(self, draw: int, count: int) -> list[Any]: ...
-
-
-class ShuffledCycle:
-    """A fixed list in one seeded shuffle, cycled: draw `d` takes the `d`-th slice of `count`."""
-
-    def __init__(self, scenarios: Sequence[Any], seed: int = 0) -> None:
-        if not scenarios:
-            raise ValueError("train_loop needs at least one scenario")
-        self.scenarios = scenarios
-        self.order = list(range(len(scenarios)))
-        random.Random(seed).shuffle(self.order)
-
-    def pick(self, draw: int, count: int) -> list[Any]:
-        return [self.scenarios[self.order[(draw * count + i) % len(self.order)]] for i in range(count)]
+__all__ = [
+    "MAX_IDLE_DRAWS",
+    "RolloutFn",
+    "ScenarioSource",
+    "ShuffledCycle",
+    "StepRecord",
+    "TrainJob",
+    "load_function",
+    "load_scenarios",
+    "run_job",
+    "train_loop",
+]
 
 
 async def train_loop(
@@ -71,6 +58,8 @@ async def train_loop(
     max_exceptions: int | float = 0.1,
     seed: int = 0,
     after_train: AfterTrain | None = None,
+    pipeline: bool = False,
+    max_steps_off_policy: int = 1,
 ) -> list[StepRecord]:
     """Train until the model's step has advanced `steps` times; resumes from the current step.
 
@@ -80,49 +69,52 @@ async def train_loop(
     record says so); it is followed by a fresh draw, up to `MAX_IDLE_DRAWS` in a row.
     `after_train(record, groups)` runs after every train call, before the next draw, and may add
     to the record's metrics (a curriculum retires inputs there, an evaluation runs there).
+
+    `pipeline=True` keeps the next draws' rollouts running while a step trains, at most
+    `max_steps_off_policy` steps behind the policy that trains on them (see `art_agents.pipeline`);
+    the same draws in the same order, with `after_train` running while later draws roll out.
     """
-    source = ShuffledCycle(scenarios, seed) if isinstance(scenarios, Sequence) else scenarios
+    source = scenario_source(scenarios, seed)
+    if pipeline:
+        return await pipeline_loop(
+            model,
+            rollout,
+            source,
+            steps=steps,
+            groups_per_step=groups_per_step,
+            rollouts_per_group=rollouts_per_group,
+            train_config=train_config,
+            after_each=after_each,
+            max_exceptions=max_exceptions,
+            after_train=after_train,
+            max_steps_off_policy=max_steps_off_policy,
+        )
     records: list[StepRecord] = []
     step = draw = await model.get_step()
-    target, idle = step + steps, 0
+    target, idle = step + steps, IdleDraws()
     while step < target:
         picks = source.pick(draw, groups_per_step)
         draw += 1
         began = time.perf_counter()
-        groups = await gather_trajectory_groups(
-            (TrajectoryGroup(rollout(model, s) for _ in range(rollouts_per_group)) for s in picks),
-            pbar_desc=f"step {step}",
+        groups = await run_draw(
+            model,
+            rollout,
+            picks,
+            rollouts_per_group,
+            desc=f"step {step}",
             max_exceptions=max_exceptions,
             after_each=after_each,
         )
         rollout_s = time.perf_counter() - began
-        groups = [g for g in groups if g.trajectories]
         if not groups:  # every group dropped (after_each) or failed within the budget: draw again
-            idle += 1
-            if idle >= MAX_IDLE_DRAWS:
-                raise ArtError(f"{idle} draws in a row left no group to train on; check the rollouts and after_each")
+            idle.empty()
             continue
-        rewards = [r for g in groups for r in g.rewards()]
         result = await model.train(groups, train_config)
-        record = StepRecord(
-            step=result.step,
-            advanced=result.step > step,
-            reward_mean=sum(rewards) / len(rewards) if rewards else 0.0,
-            rollouts=len(rewards),
-            exceptions=sum(len(g.exceptions) for g in groups),
-            rollout_s=rollout_s,
-            train_s=time.perf_counter() - began - rollout_s,
-            metrics=dict(result.metrics),
-        )
+        record = StepRecord.of(result, step, groups, rollout_s, time.perf_counter() - began - rollout_s)
         records.append(record)
         if after_train is not None:
             await after_train(record, groups)
-        idle = 0 if result.step > step else idle + 1
-        if idle >= MAX_IDLE_DRAWS:
-            raise ArtError(
-                f"{idle} draws in a row trained nothing: within every group all rollouts got the same reward, so "
-                "there was no signal; make the reward tell attempts apart, or raise rollouts_per_group or temperature"
-            )
+        idle.trained(result.step > step)
         step = result.step
     return records
 
@@ -145,6 +137,10 @@ class TrainJob(Schema):
     rollouts_per_group: int = Field(4, ge=2)
     max_exceptions: float = Field(0.1, ge=0)
     seed: int = 0
+    pipeline: bool = Field(False, description="Roll out the next draws while a step trains (see art_agents.pipeline).")
+    max_steps_off_policy: int = Field(
+        1, ge=0, description="With `pipeline`, how many steps behind the trained policy a draw's rollouts may be."
+    )
     train: TrainConfig = Field(default_factory=TrainConfig)
 
     @classmethod
@@ -206,6 +202,8 @@ async def run_job(job: TrainJob) -> list[StepRecord]:
             train_config=job.train,
             max_exceptions=job.max_exceptions,
             seed=job.seed,
+            pipeline=job.pipeline,
+            max_steps_off_policy=job.max_steps_off_policy,
         )
     finally:
         await backend.close()

@@ -237,17 +237,21 @@ class TrainableModel(Model):
         verbose: bool = False,
         *,
         progress: bool = True,
+        metrics: Mapping[str, float] | None = None,
     ) -> TrainResult:
         """One GRPO step on the groups; returns when the new checkpoint is being served.
 
         ART's `_config` (its `art.dev.TrainConfig` dict) is mapped onto `config` where this trainer has the
         setting and refused by name where it has not (see `art_agents.art.arguments.art_train_config`); `verbose`
         prints a line when the step starts and ends. `progress=False` hides the step's bar (which
-        `art_agents.progress` draws only on a terminal).
+        `art_agents.progress` draws only on a terminal). `metrics` are the caller's figures for the step's history
+        row (the pipelined loop's waits and throughput).
         """
         art_options: dict[str, Any] = {"_config": _config} if _config else {}
         if verbose:
             art_options["verbose"] = True
+        if metrics:
+            art_options["metrics"] = dict(metrics)
         return await self.backend.train(self, list(groups), config, progress=progress, **art_options)
 
     async def train_sft(

@@ -80,10 +80,13 @@ class RemoteBackend:
         return StepInfo.model_validate(await self._request("GET", f"/models/{model.name}/step")).step
 
     async def train_events(
-        self, model: RegisteredModel, groups: list[TrajectoryGroup], config: TrainConfig
+        self,
+        model: RegisteredModel,
+        groups: list[TrajectoryGroup],
+        config: TrainConfig,
+        metrics: Mapping[str, float] | None = None,
     ) -> AsyncIterator[TrainEvent]:
-
-        body = TrainRequest(groups=groups, config=config).model_dump_json()
+        body = TrainRequest(groups=groups, config=config, metrics=dict(metrics or {})).model_dump_json()
         async for event in self._stream(f"/models/{model.name}/train", body, TrainEvent):
             yield event
 
@@ -116,6 +119,7 @@ class RemoteBackend:
         progress: bool = True,
         _config: Mapping[str, Any] | None = None,
         verbose: bool = False,
+        metrics: Mapping[str, float] | None = None,
         **options: Any,
     ) -> TrainResult:
         """One GRPO step on the groups; returns when the new checkpoint is being served.
@@ -132,7 +136,7 @@ class RemoteBackend:
                 f"training {model.name} on {len(groups)} groups ({sum(len(g.trajectories) for g in groups)} rollouts)"
             )
         started_at = time.time()
-        result = await _result_of(self.train_events(model, groups, config), f"train {model.name}", progress)
+        result = await _result_of(self.train_events(model, groups, config, metrics), f"train {model.name}", progress)
         reporters.send(
             model.reporters, StepRecord("train", result.step, groups, result.metrics, started_at, time.time())
         )

@@ -148,6 +148,10 @@ def _std(values: list[float]) -> float:
 class TrainRequest(Schema):
     groups: list[TrajectoryGroup]
     config: TrainConfig = Field(default_factory=TrainConfig)
+    metrics: dict[str, float] = Field(
+        default_factory=dict,
+        description="The caller's figures for the step's history row (the pipelined loop's `pipeline/...` waits).",
+    )
 
 
 class TrainResult(Schema):

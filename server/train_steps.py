@@ -88,6 +88,7 @@ class _Step:
     run: Callable[[PolicyTrainer, Policy, Progress], dict[str, float]]
     event: type[TrainEvent]
     result: Callable[[int, dict[str, float]], Any]
+    caller_metrics: dict[str, float]  # the client's figures for the history row
 
 
 async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn) -> AsyncIterator[TrainEvent]:
@@ -103,6 +104,7 @@ async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn)
         lambda trainer, policy, progress: trainer.train(request.groups, config, progress, policy=policy),
         TrainEvent,
         lambda n, metrics: TrainResult(step=n, skipped=bool(metrics.get("skipped")), metrics=metrics, config=config),
+        request.metrics,
     )
     async for event in _step_events(served, step, spawn):
         yield event
@@ -121,6 +123,7 @@ async def sft_events(served: ServedModel, request: TrainSFTRequest, spawn: Spawn
         lambda trainer, policy, progress: trainer.train_sft(request.trajectories, config, progress, policy=policy),
         TrainSFTEvent,
         lambda n, metrics: TrainSFTResult(step=n, metrics=metrics, config=config),
+        {},
     )
     async for event in _step_events(served, step, spawn):
         yield event
@@ -180,7 +183,8 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
             finally:
                 served.policy.model.eval()
                 trim_heap()
-            metrics |= served.engine.prefill_tokens.take_metrics()  # the rollouts since the previous step
+            # the rollouts' prefill since the previous step; the caller's figures never shadow the trainer's
+            metrics = {**spec.caller_metrics, **metrics, **served.engine.prefill_tokens.take_metrics()}
             if not metrics.get("skipped"):
                 async with served.engine.paused():
                     await asyncio.to_thread(
