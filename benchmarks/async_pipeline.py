@@ -221,8 +221,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--judge-delay", type=float, default=1.0)
-    parser.add_argument("--hidden-size", type=int, default=512, help="of the random Qwen3-shaped model")
-    parser.add_argument("--layers", type=int, default=8)
+    parser.add_argument("--hidden-size", type=int, default=256, help="of the random Qwen3-shaped model")
+    parser.add_argument("--layers", type=int, default=6)
     parser.add_argument("--tiny", action="store_true", help="the tests' tiny model (hidden 64, 2 layers)")
     return parser.parse_args(argv)
 
