@@ -16,16 +16,20 @@ from pathlib import Path
 import pytest
 from server_fixtures import start_server
 
-from art_agents import TrainableModel, Trajectory
+from art_agents import TrainableModel
 from art_agents.jsonl import read_groups
 from art_agents.loop import train_loop
 from art_agents.remote import RemoteBackend
 from art_agents.train_config import ModelConfig, TrainConfig
 
 MODEL_CONFIG = ModelConfig(lora_rank=4, max_batch_size=16, default_max_tokens=6)
-SCENARIOS = [{"prompt": "Say aaaa!", "letter": "a"}, {"prompt": "Write b.", "letter": "b"}, {"prompt": "e?", "letter": "e"}]
+SCENARIOS = [
+    {"prompt": "Say aaaa!", "letter": "a"},
+    {"prompt": "Write b.", "letter": "b"},
+    {"prompt": "e?", "letter": "e"},
+]
 
-ROLLOUT_MODULE = '''
+ROLLOUT_MODULE = """
 import art_agents as art
 
 
@@ -39,7 +43,7 @@ async def attempt(model: art.TrainableModel, scenario: dict) -> art.Trajectory:
         trajectory.reward = text.count(scenario["letter"]) / len(text) if text else 0.0
     await client.close()
     return trajectory
-'''
+"""
 
 
 def history(model_dir: Path) -> list[dict]:
