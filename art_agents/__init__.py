@@ -14,6 +14,7 @@ from art_agents.capture import current_trajectory, record_completion, record_too
 from art_agents.errors import ArtError, ServerError, SetupError, TooManyExceptions
 from art_agents.gather import gather_trajectories, gather_trajectory_groups
 from art_agents.jsonl import read_groups, write_groups
+from art_agents.loop import StepRecord, train_loop
 from art_agents.messages import ChatMessage
 from art_agents.model import Model, TrainableModel
 from art_agents.remote import RemoteBackend
@@ -45,6 +46,7 @@ __all__ = [
     "RolloutFailed",
     "ServerError",
     "SetupError",
+    "StepRecord",
     "TooManyExceptions",
     "ToolCallRecord",
     "TrainConfig",
@@ -66,6 +68,7 @@ __all__ = [
     "retry",
     "rollout",
     "span",
+    "train_loop",
     "utils",
     "write_groups",
 ]
