@@ -123,6 +123,7 @@ class _Pipeline:
         groups = await draw.task
         self.running.remove(draw)
         self.counts.rollouts_finished += sum(len(g.trajectories) + len(g.exceptions) for g in groups)
+        self.step = await self.model.get_step()  # another client may have trained the model meanwhile
         fresh = [g for g in groups if not self._too_stale(g)]
         self.counts.stale_groups += len(groups) - len(fresh)
         return draw, fresh, time.perf_counter() - waiting
@@ -191,6 +192,7 @@ async def pipeline_loop(
     try:
         while step < target:
             draw, groups, waited = await pipeline.next_draw()
+            step = pipeline.step
             if not groups:
                 idle.empty()
                 await pipeline.done_with(step)

@@ -15,7 +15,13 @@ the per-round ratio pipelined / synchronous (goal <= 0.6x), and from the pipelin
 the trainer and the rollouts waited and how stale the trained data was.
 
     python benchmarks/async_pipeline.py [--workloads tool judge] [--rounds 3] [--steps 10]
-    python benchmarks/async_pipeline.py --tiny --rounds 1 --steps 2     # checks the script runs
+    python benchmarks/async_pipeline.py --shape tiny --rounds 1 --steps 2     # checks the script runs
+
+On a GPU (`--device cuda --shape qwen3-0.6b --in-process`): the trainer and the engine share the GPU in one
+server process, the model is Qwen3-0.6B-shaped (random weights, `benchmarks/gpu.py`'s sizes, bf16), and each
+side also reports the GPU's mean utilisation while it ran (`nvidia-smi`, sampled every 200 ms). The device
+machine lacks this project's client dependencies; carry them as wheels as `benchmarks/gpu.py` describes, with
+fastapi, uvicorn, httpx, openai, mcp and litellm (and their own) added to the download. Not yet run there.
 """
 
 from __future__ import annotations
@@ -104,6 +110,37 @@ class SlowJudge:
         return Handler
 
 
+class GpuBusy:
+    """Mean GPU utilisation (%) over a block, from `nvidia-smi` sampling every 200 ms; None without one."""
+
+    def __enter__(self) -> GpuBusy:
+        import shutil
+        import subprocess
+
+        self.samples: list[float] = []
+        self.process = None
+        if shutil.which("nvidia-smi"):
+            query = ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits", "-lms", "200"]
+            self.process = subprocess.Popen(query, stdout=subprocess.PIPE, text=True)
+            threading.Thread(target=self._read, daemon=True).start()
+        return self
+
+    def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.strip().isdigit():
+                self.samples.append(float(line))
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+
+    @property
+    def mean(self) -> float | None:
+        return statistics.mean(self.samples) if self.samples else None
+
+
 def tool_delay(topic: str, attempt: int) -> float:
     """0.5-2 s, the same for the k-th attempt at a topic on every side."""
     return 0.5 + 1.5 * ((sum(map(ord, topic)) * 7 + attempt * 13) % 16) / 15
@@ -165,7 +202,9 @@ async def one_run(backend: Any, base_model: str, args: argparse.Namespace, workl
     from art_agents.loop import train_loop
 
     size = args.groups * args.group_size
-    config = ModelConfig(lora_rank=8, max_batch_size=2 * size, default_max_tokens=args.max_tokens, seed=0)
+    config = ModelConfig(
+        lora_rank=8, max_batch_size=2 * size, default_max_tokens=args.max_tokens, seed=0, device=args.device
+    )
     model = TrainableModel(name=name, project="async", base_model=base_model, config=config)
     await model.register(backend)
     pipelined = name.startswith("pipelined")
@@ -175,29 +214,31 @@ async def one_run(backend: Any, base_model: str, args: argparse.Namespace, workl
         trained_at.append(time.perf_counter())
 
     began = time.perf_counter()
-    records = await train_loop(
-        model,
-        workload.rollout,
-        TOPICS,
-        steps=args.steps,
-        groups_per_step=args.groups,
-        rollouts_per_group=args.group_size,
-        train_config=TrainConfig(learning_rate=1e-4, micro_batch_size=size),
-        after_each=workload.score,
-        after_train=mark,
-        pipeline=pipelined,
-        max_steps_off_policy=1,
-    )
+    with GpuBusy() as gpu:
+        records = await train_loop(
+            model,
+            workload.rollout,
+            TOPICS,
+            steps=args.steps,
+            groups_per_step=args.groups,
+            rollouts_per_group=args.group_size,
+            train_config=TrainConfig(learning_rate=1e-4, micro_batch_size=size),
+            after_each=workload.score,
+            after_train=mark,
+            pipeline=pipelined,
+            max_steps_off_policy=1,
+        )
     seconds = time.perf_counter() - began
     steps = sum(r.advanced for r in records)
     later = (trained_at[-1] - trained_at[0]) / (len(trained_at) - 1) if len(trained_at) > 1 else float("nan")
-    return {"s_per_step": seconds / steps, "later_s_per_step": later, "records": records}
+    return {"s_per_step": seconds / steps, "later_s_per_step": later, "records": records, "gpu_busy": gpu.mean}
 
 
 async def run_workload(backend: Any, base_model: str, args: argparse.Namespace, kind: str, tools: Any) -> dict:
     judge = SlowJudge(args.judge_delay) if kind == "judge" else None
     times: dict[str, list[float]] = {"synchronous": [], "pipelined": []}
     later: dict[str, list[float]] = {"synchronous": [], "pipelined": []}
+    busy: dict[str, list[float]] = {"synchronous": [], "pipelined": []}
     waits: dict[str, list[float]] = defaultdict(list)
     for round_ in range(1 + args.rounds):
         for side in times:
@@ -210,6 +251,8 @@ async def run_workload(backend: Any, base_model: str, args: argparse.Namespace, 
                 continue
             times[side].append(run["s_per_step"])
             later[side].append(run["later_s_per_step"])
+            if run["gpu_busy"] is not None:
+                busy[side].append(run["gpu_busy"])
             if side == "pipelined":
                 for record in run["records"]:
                     for key in ("trainer_wait_s", "rollout_wait_s", "staleness"):
@@ -217,7 +260,8 @@ async def run_workload(backend: Any, base_model: str, args: argparse.Namespace, 
                     waits["train_s"].append(record.train_s)
     sync, piped = Summary.of(times["synchronous"]), Summary.of(times["pipelined"])
     steady = ratio(Summary.of(later["pipelined"]), Summary.of(later["synchronous"]))
-    return {"synchronous": sync, "pipelined": piped, "ratio": ratio(piped, sync), "steady": steady, "waits": waits}
+    result = {"synchronous": sync, "pipelined": piped, "ratio": ratio(piped, sync), "steady": steady, "waits": waits}
+    return result | {"gpu_busy": {side: statistics.mean(v) for side, v in busy.items() if v}}
 
 
 def report(kind: str, result: dict) -> str:
@@ -231,6 +275,7 @@ def report(kind: str, result: dict) -> str:
         f"{result['pipelined'].format('s', 1, 2)}/step; pipelined / synchronous {r.format('x', 1, 2)} "
         f"[goal <= {GOAL}x: {met}]; after the first step {result['steady'].format('x', 1, 2)}; pipelined per step: trainer waited {mean['trainer_wait_s']:.2f} s, rollouts "
         f"held {mean['rollout_wait_s']:.2f} s, train {mean['train_s']:.2f} s; staleness (steps: draws) {stale}"
+        + "".join(f"; GPU busy {side} {value:.0f}%" for side, value in result["gpu_busy"].items())
     )
 
 
@@ -243,9 +288,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--judge-delay", type=float, default=1.0)
-    parser.add_argument("--hidden-size", type=int, default=256, help="of the random Qwen3-shaped model")
-    parser.add_argument("--layers", type=int, default=6)
-    parser.add_argument("--tiny", action="store_true", help="the tests' tiny model (hidden 64, 2 layers)")
+    parser.add_argument(
+        "--shape",
+        choices=["tiny", "small", "qwen3-0.6b"],
+        default="small",
+        help="the random Qwen3-shaped model: the tests' tiny one (hidden 64, 2 layers), small (hidden 256, "
+        "6 layers), or Qwen3-0.6B's shape (for a GPU)",
+    )
+    parser.add_argument("--device", default="auto", help="ModelConfig.device of the served model")
+    parser.add_argument("--in-process", action="store_true", help="LocalBackend(in_process=True)")
     return parser.parse_args(argv)
 
 
@@ -254,10 +305,16 @@ async def main_async(args: argparse.Namespace, folder: Path) -> list[str]:
     from art_agents.integrations.mcp import MCPServer
     from art_agents.server.ops.tiny_model import build_tiny_model
 
-    shape = {} if args.tiny else {"hidden_size": args.hidden_size, "num_layers": args.layers}
-    base_model = str(build_tiny_model(folder / "model", **shape))
+    if args.shape == "qwen3-0.6b":
+        import torch
+        from gpu import GPU_SIZES, build_model
+
+        base_model = str(build_model(folder, GPU_SIZES, "cpu", torch.bfloat16)[0])
+    else:
+        shape = {} if args.shape == "tiny" else {"hidden_size": 256, "num_layers": 6}
+        base_model = str(build_tiny_model(folder / "model", **shape))
     tools = MCPServer(command=[sys.executable, str(HERE / "slow_tool_server.py")], shared=True)
-    backend = LocalBackend(folder / "art")
+    backend = LocalBackend(folder / "art", in_process=args.in_process)
     lines = []
     try:
         async with tools:

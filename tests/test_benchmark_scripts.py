@@ -89,6 +89,15 @@ def test_prefix_cache_runs_on_the_tiny_model() -> None:
     assert re.search(rf"conversation {RATIO} \[goal <= 0\.4x: (met|missed)\]", summary), summary
 
 
+@pytest.mark.slow
+def test_async_pipeline_runs_on_the_tiny_model() -> None:
+    out = run_script("async_pipeline.py", "--shape", "tiny", "--rounds", "1", "--steps", "2", "--in-process")
+    for kind in ("tool", "judge"):
+        summary = next(line for line in out.splitlines() if line.startswith(f"summary {kind}"))
+        assert re.search(rf"pipelined / synchronous {RATIO} \[goal <= 0\.6x: (met|missed)\]", summary), summary
+        assert re.search(r"trainer waited \d+\.\d\d s, rollouts held \d+\.\d\d s", summary), summary
+
+
 def test_train_memory_reads_the_servers_resident_memory_through_registering_and_training() -> None:
     out = run_script("train_memory.py", "--tiny", "--steps", "1", "--groups", "1", "--group-size", "2")
     result = json.loads(out[out.index("{") :])

@@ -228,3 +228,23 @@ async def test_cancelling_the_loop_mid_step_cancels_every_rollout() -> None:
     with pytest.raises(asyncio.CancelledError):
         await loop
     assert leftover_tasks() == set()
+
+
+async def test_groups_made_stale_by_another_client_are_dropped_and_counted() -> None:
+    """Another client trains the same model 3 steps mid-draw: what is now too stale is dropped, not trained."""
+    model, sleeping, jumped = SteppingModel(), rollout_sleeping([0.01]), []
+
+    async def attempt(model: SteppingModel, scenario: int) -> Trajectory:
+        trajectory = await sleeping(model, scenario)
+        if not jumped:
+            jumped.append(True)
+            model.step += 3
+        return trajectory
+
+    records = await train_loop(
+        model, attempt, scenarios(), steps=5, groups_per_step=2, rollouts_per_group=2,
+        pipeline=True, max_steps_off_policy=1,
+    )  # fmt: skip
+    assert model.step == 5 and len(records) == 2
+    assert records[-1].metrics["pipeline/stale_groups_dropped"] == 4  # both draws begun at step 0
+    assert all(call["staleness"] <= 1 for call in model.calls)
