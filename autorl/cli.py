@@ -20,6 +20,9 @@ Opt = typer.Option
 LEARNING_RATE_HELP = (
     "LoRA learning rate (default 5e-4, TrainConfig's; 1e-4 to 5e-5 for models of billions of parameters)."
 )
+PIPELINE_HELP = "Roll out the next steps while one trains, at most --max-steps-off-policy behind (default off)."
+Pipeline = Annotated[bool | None, Opt("--pipeline/--no-pipeline", help=PIPELINE_HELP)]
+StepsOffPolicy = Annotated[int | None, Opt(help="With --pipeline, how many steps stale a rollout may be (default 1).")]
 C = TypeVar("C", bound="RunConfig")
 R = TypeVar("R")
 
@@ -78,6 +81,8 @@ def mcp_rl(
     ] = None,
     group_size: Annotated[int | None, Opt(help="Rollouts per scenario (default 4).")] = None,
     groups_per_step: Annotated[int | None, Opt(help="Scenarios per step (default 4).")] = None,
+    pipeline: Pipeline = None,
+    max_steps_off_policy: StepsOffPolicy = None,
     sft_warmup: Annotated[
         int | None, Opt(help="Before RL, fine-tune on the teacher's best of N rollouts per training scenario.")
     ] = None,
@@ -115,6 +120,8 @@ def mcp_rl(
         "steps": steps,
         "group_size": group_size,
         "groups_per_step": groups_per_step,
+        "pipeline": pipeline,
+        "max_steps_off_policy": max_steps_off_policy,
         "sft_warmup": sft_warmup,
         "teacher_model": teacher_model,
         "teacher_params": _litellm_params(teacher_api_base, teacher_api_key),
@@ -146,6 +153,8 @@ def autorl(
     steps: Annotated[int | None, Opt(help="Total training steps (default 10).")] = None,
     group_size: Annotated[int | None, Opt(help="Rollouts per input (default 4).")] = None,
     groups_per_step: Annotated[int | None, Opt(help="Inputs per step (default 4).")] = None,
+    pipeline: Pipeline = None,
+    max_steps_off_policy: StepsOffPolicy = None,
     inputs: Annotated[int | None, Opt(help="Training inputs to generate (default 32).")] = None,
     eval_inputs: Annotated[int | None, Opt(help="Held-out inputs (default 12).")] = None,
     eval_every: Annotated[int | None, Opt(help="Evaluate every N steps (default 5).")] = None,
@@ -178,6 +187,8 @@ def autorl(
         "steps": steps,
         "group_size": group_size,
         "groups_per_step": groups_per_step,
+        "pipeline": pipeline,
+        "max_steps_off_policy": max_steps_off_policy,
         "inputs": inputs,
         "eval_inputs": eval_inputs,
         "eval_every": eval_every,

@@ -233,13 +233,9 @@ async def run_autorl(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = 
                 functools.partial(text_rollout, system_prompt=data.setup.system_prompt, config=config.rollout),
                 run.curriculum,
                 steps=config.steps - step,
-                groups_per_step=config.groups_per_step,
-                rollouts_per_group=config.group_size,
-                train_config=config.train,
                 after_each=run.scorer,
-                max_exceptions=config.max_exceptions,
-                seed=config.seed,
                 after_train=functools.partial(run.after_train, model),
+                **config.loop_options(),
             )
         step = await model.get_step()
         after = await run.evaluation(model, step, step)

@@ -148,13 +148,9 @@ async def run_mcp_rl(
                     rollout,
                     train,
                     steps=last - step,
-                    groups_per_step=config.groups_per_step,
-                    rollouts_per_group=config.group_size,
-                    train_config=config.train,
                     after_each=scorer,
-                    max_exceptions=config.max_exceptions,
-                    seed=config.seed,
                     after_train=_StepEcho(scorer, echo),
+                    **config.loop_options(),
                 )
             step = await model.get_step()
             after = await _evaluation(config, folder, model, server, val, scorer, step=step, current=step, echo=echo)

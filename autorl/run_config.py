@@ -36,6 +36,10 @@ class RunConfig(Schema):
     group_size: int = Field(4, ge=2, description="Rollouts per input in a group.")
     eval_temperature: float = Field(0.0, ge=0, description="Sampling temperature of evaluation (0 = greedy).")
     max_exceptions: float = Field(0.1, ge=0, description="Failed rollouts tolerated per step (count or fraction).")
+    pipeline: bool = Field(False, description="Roll out the next steps while one trains (see art_agents.pipeline).")
+    max_steps_off_policy: int = Field(
+        1, ge=0, description="With `pipeline`, how many steps behind the trained policy a step's rollouts may be."
+    )
     seed: int = 0
     out: Path = Field(Path("autorl-run"), description="Run folder: generated data, evaluations, checkpoints.")
     base_url: str | None = Field(None, description="A running art-agents server; default: start a local one.")
@@ -52,6 +56,18 @@ class RunConfig(Schema):
         if path and "out" in data and flags.get("out") is None and not Path(data["out"]).is_absolute():
             config = config.model_copy(update={"out": path.resolve().parent / data["out"]})
         return config
+
+    def loop_options(self) -> dict[str, Any]:
+        """`train_loop`'s keywords that come from these settings as they are."""
+        return {
+            "groups_per_step": self.groups_per_step,
+            "rollouts_per_group": self.group_size,
+            "train_config": self.train,
+            "max_exceptions": self.max_exceptions,
+            "seed": self.seed,
+            "pipeline": self.pipeline,
+            "max_steps_off_policy": self.max_steps_off_policy,
+        }
 
     def generation_params(self) -> tuple[str, dict[str, Any]]:
         """The generator's model string and LiteLLM keywords (the judge's when no generator is given)."""

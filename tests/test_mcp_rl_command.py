@@ -64,7 +64,7 @@ def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_pat
     env = {**os.environ, "ART_AGENTS_RULER_CACHE": str(tmp_path / "ruler-cache"), "PYTHONUNBUFFERED": "1"}
     with ScriptedOpenAI(delay_s=0.2) as server:
         server.default = generator_or_judge
-        argv = command(server.base_url, tiny_model_path, out)
+        argv = [*command(server.base_url, tiny_model_path, out), "--pipeline"]  # interrupted while pipelined
         checkpoints = out / "art" / "mcp-rl" / "models" / "mcp-agent" / "checkpoints"
 
         first = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -94,6 +94,7 @@ def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_pat
 
     history = [json.loads(line) for line in (checkpoints.parent / "history.jsonl").read_text().splitlines()]
     assert [row["step"] for row in history] == [1, 2]  # no step trained twice, none skipped
+    assert all(row["config"]["max_staleness"] == 1 and "pipeline/staleness" in row["metrics"] for row in history)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["step"] == 2 and summary["before"]["step"] == 0 and summary["after"]["step"] == 2
     assert summary["generation"]["calls"] == 1 and summary["generation"]["prompt_tokens"] == 10
@@ -136,7 +137,7 @@ def test_a_toml_config_with_flags_over_it(tmp_path: Path) -> None:
     path = tmp_path / "run.toml"
     path.write_text(
         'server = "uvx mcp-server-time"\nbase_model = "Qwen/Qwen3-0.6B"\njudge_model = "openai/gpt-4.1-mini"\n'
-        'steps = 5\nout = "runs/a"\n[rollout]\nmax_turns = 3\n[train]\nlearning_rate = 2e-4\n'
+        'steps = 5\nout = "runs/a"\npipeline = true\n[rollout]\nmax_turns = 3\n[train]\nlearning_rate = 2e-4\n'
         '[judge_params]\napi_base = "http://127.0.0.1:9/v1"\n'
     )
     flags = {"steps": 7, "rollout": {"max_turns": None, "max_tokens": 99}, "train": {"learning_rate": None}}
@@ -144,6 +145,7 @@ def test_a_toml_config_with_flags_over_it(tmp_path: Path) -> None:
     assert config.steps == 7 and config.rollout.max_turns == 3 and config.rollout.max_tokens == 99
     assert config.train.learning_rate == 2e-4 and config.out == tmp_path / "runs" / "a"
     assert config.judge_params == {"api_base": "http://127.0.0.1:9/v1", "api_key": "k"}
+    assert config.loop_options()["pipeline"] is True and config.loop_options()["max_steps_off_policy"] == 1
     plain = MCPRLConfig.load(None, {"server": "x", "base_model": "m", "train": {"learning_rate": None}})
     assert plain.train.learning_rate == TrainConfig().learning_rate == 5e-4  # the library default: one to document
     assert plain.out == Path("mcp-rl-run")  # defaults survive empty tables

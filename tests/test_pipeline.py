@@ -178,11 +178,18 @@ async def test_the_pipeline_sets_staleness_and_importance_sampling_and_sends_its
         pipeline_config(TrainConfig(max_staleness=0), 1)
 
 
-def leftover_tasks() -> set[asyncio.Task]:
+def running_tasks() -> set[asyncio.Task]:
     return {t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()}
 
 
-async def test_a_failing_draw_stops_the_pipeline_and_leaves_nothing_running() -> None:
+@pytest.fixture
+async def leftover_tasks():
+    """Tasks started during the test and still running (the event loop is shared with other tests)."""
+    before = running_tasks()
+    return lambda: running_tasks() - before
+
+
+async def test_a_failing_draw_stops_the_pipeline_and_leaves_nothing_running(leftover_tasks) -> None:
     sleeping = rollout_sleeping([0.02])
 
     async def attempt(model: SteppingModel, scenario: int) -> Trajectory:
@@ -199,7 +206,7 @@ async def test_a_failing_draw_stops_the_pipeline_and_leaves_nothing_running() ->
     assert model.step < 5
 
 
-async def test_a_scenario_source_that_raises_reaches_the_caller() -> None:
+async def test_a_scenario_source_that_raises_reaches_the_caller(leftover_tasks) -> None:
     class Broken:
         def pick(self, draw: int, count: int) -> list[int]:
             if draw == 1:
@@ -214,7 +221,7 @@ async def test_a_scenario_source_that_raises_reaches_the_caller() -> None:
     assert leftover_tasks() == set()
 
 
-async def test_cancelling_the_loop_mid_step_cancels_every_rollout() -> None:
+async def test_cancelling_the_loop_mid_step_cancels_every_rollout(leftover_tasks) -> None:
     """Ctrl-C: the loop's task is cancelled while a step trains and later draws roll out."""
     model = SteppingModel(train_s=[0.2])
     run = train_loop(
