@@ -255,3 +255,23 @@ async def test_groups_made_stale_by_another_client_are_dropped_and_counted() -> 
     assert model.step == 5 and len(records) == 2
     assert records[-1].metrics["pipeline/stale_groups_dropped"] == 4  # both draws begun at step 0
     assert all(call["staleness"] <= 1 for call in model.calls)
+
+
+async def test_a_judge_that_is_down_stops_the_pipeline_naming_it(leftover_tasks) -> None:
+    """`after_each` (RULER, say) raising while later draws roll out: the error surfaces and nothing is left running."""
+    calls = []
+
+    async def judge(group: TrajectoryGroup) -> TrajectoryGroup:
+        calls.append(group)
+        if len(calls) == 3:
+            raise ConnectionError("judge at http://127.0.0.1:9 refused the connection")
+        return group
+
+    model = SteppingModel(train_s=[0.02])
+    with pytest.raises(ConnectionError, match="judge at"):
+        await train_loop(
+            model, rollout_sleeping([0.01]), scenarios(), steps=5, groups_per_step=1, rollouts_per_group=2,
+            after_each=judge, pipeline=True, max_steps_off_policy=1,
+        )  # fmt: skip
+    assert leftover_tasks() == set()
+    assert model.step == 2  # the draws judged before it trained
