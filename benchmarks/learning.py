@@ -442,14 +442,11 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
             f"base (step {before.step}) evaluated in {before.seconds:.0f}s: reward {before.rate('reward'):.1f}, "
             f"format {before.rate('format_ok'):.1f}, correct {before.rate('correct'):.1f}"
         )
+        training = Training(model, client, train_items, train_sampling, train_config, args)
         if args.loop != "manual":
-            rollout_s, train_s, steps = await train_with_loop(
-                model, client, train_items, train_sampling, train_config, args
-            )
+            rollout_s, train_s, steps = await training.with_loop()
         else:
-            rollout_s, train_s, steps = await train_by_hand(
-                model, client, train_items, train_sampling, train_config, args, deadline - before.seconds
-            )
+            rollout_s, train_s, steps = await training.by_hand(deadline - before.seconds)
         after = await evaluate(client, model, heldout, eval_sampling, seed=10_000 + args.seed)
         await client.close()
     finally:
@@ -503,92 +500,96 @@ def compare_runs(other: dict[str, Any], after: Evaluation, label: str) -> dict[s
     return {"other": statistics.fmean(theirs), "this": statistics.fmean(ours), "diff": mean, "ci95": [low, high]}
 
 
-async def train_by_hand(
-    model: TrainableModel,
-    client: AsyncOpenAI,
-    train_items: list[Item],
-    train_sampling: Sampling,
-    train_config: Any,
-    args: argparse.Namespace,
-    deadline: float,
-) -> tuple[list[float], list[float], int]:
-    """The loop written out with `gather_trajectory_groups` and `model.train`: `--steps` draws, or until the deadline."""
-    from art_agents import TrajectoryGroup, gather_trajectory_groups
+@dataclass
+class Training:
+    """What both ways of training need: the model and its client, the training prompts and settings."""
 
-    rng = random.Random(args.seed)
-    rollout_s, train_s, steps = [], [], 0
-    print(f"{'step':>4} {'reward':>6} {'format':>6} {'correct':>7} {'rollout s':>9} {'train s':>7} {'skipped':>7}")
-    while steps < args.steps:
-        step_estimate = (rollout_s[-1] + train_s[-1]) if steps else 0.0
-        if time.perf_counter() + step_estimate > deadline:
-            break
-        batch = rng.sample(train_items, args.prompts_per_step)
-        t0 = time.perf_counter()
-        groups = await gather_trajectory_groups(
-            [
-                TrajectoryGroup(
-                    answer(client, model, item, train_sampling, seed=1_000_000 * args.seed + 1000 * steps + 10 * p + i)
-                    for i in range(args.group_size)
-                )
-                for p, item in enumerate(batch)
-            ],
-            pbar_desc=None,
+    model: TrainableModel
+    client: AsyncOpenAI
+    train_items: list[Item]
+    train_sampling: Sampling
+    train_config: Any
+    args: argparse.Namespace
+
+    async def by_hand(self, deadline: float) -> tuple[list[float], list[float], int]:
+        """The loop written out with `gather_trajectory_groups` and `model.train`: `--steps` draws, or until the deadline."""
+        from art_agents import TrajectoryGroup, gather_trajectory_groups
+
+        model, client, args = self.model, self.client, self.args
+        train_items, train_sampling, train_config = self.train_items, self.train_sampling, self.train_config
+        rng = random.Random(args.seed)
+        rollout_s, train_s, steps = [], [], 0
+        print(f"{'step':>4} {'reward':>6} {'format':>6} {'correct':>7} {'rollout s':>9} {'train s':>7} {'skipped':>7}")
+        while steps < args.steps:
+            step_estimate = (rollout_s[-1] + train_s[-1]) if steps else 0.0
+            if time.perf_counter() + step_estimate > deadline:
+                break
+            batch = rng.sample(train_items, args.prompts_per_step)
+            t0 = time.perf_counter()
+            groups = await gather_trajectory_groups(
+                [
+                    TrajectoryGroup(
+                        answer(
+                            client, model, item, train_sampling, seed=1_000_000 * args.seed + 1000 * steps + 10 * p + i
+                        )
+                        for i in range(args.group_size)
+                    )
+                    for p, item in enumerate(batch)
+                ],
+                pbar_desc=None,
+            )
+            t1 = time.perf_counter()
+            result = await model.train(groups, train_config, progress=False)
+            rollout_s.append(t1 - t0)
+            train_s.append(time.perf_counter() - t1)
+            steps += 1
+            trajectories = [t for g in groups for t in g.trajectories]
+            print(
+                f"{steps:>4} {statistics.fmean(t.reward for t in trajectories):6.3f} "
+                f"{statistics.fmean(float(t.metrics['format_ok']) for t in trajectories):6.2f} "
+                f"{statistics.fmean(float(t.metrics['correct']) for t in trajectories):7.2f} "
+                f"{rollout_s[-1]:9.1f} {train_s[-1]:7.1f} {int(result.metrics.get('skipped', 0)):>7}",
+                flush=True,
+            )
+        return rollout_s, train_s, steps
+
+    async def with_loop(self) -> tuple[list[float], list[float], int]:
+        """`train_loop` for `--steps` applied updates, synchronous or pipelined (`--loop`); draw d samples with seed + d."""
+        from art_agents.loop import train_loop
+
+        model, client, args = self.model, self.client, self.args
+        train_items, train_sampling = self.train_items, self.train_sampling
+
+        class Draws:
+            def pick(self, draw: int, count: int) -> list[Item]:
+                return random.Random(args.seed * 1_000_003 + draw).sample(train_items, count)
+
+        seeds = iter(range(1_000_000 * args.seed, 1_000_000 * (args.seed + 1)))
+
+        async def attempt(model: TrainableModel, item: Item) -> Trajectory:
+            return await answer(client, model, item, train_sampling, seed=next(seeds))
+
+        print(f"{'step':>4} {'reward':>6} {'rollout s':>9} {'train s':>7} {'staleness':>9}")
+
+        async def show(record: Any, groups: list[Any]) -> None:
+            stale = record.metrics.get("pipeline/staleness", 0.0)
+            print(
+                f"{record.step:>4} {record.reward_mean:6.3f} {record.rollout_s:9.1f} {record.train_s:7.1f} {stale:9.0f}"
+            )
+
+        records = await train_loop(
+            model,
+            attempt,
+            Draws(),
+            steps=args.steps,
+            groups_per_step=args.prompts_per_step,
+            rollouts_per_group=args.group_size,
+            train_config=self.train_config,
+            after_train=show,
+            pipeline=args.loop == "pipelined",
+            max_steps_off_policy=args.max_steps_off_policy,
         )
-        t1 = time.perf_counter()
-        result = await model.train(groups, train_config, progress=False)
-        rollout_s.append(t1 - t0)
-        train_s.append(time.perf_counter() - t1)
-        steps += 1
-        trajectories = [t for g in groups for t in g.trajectories]
-        print(
-            f"{steps:>4} {statistics.fmean(t.reward for t in trajectories):6.3f} "
-            f"{statistics.fmean(float(t.metrics['format_ok']) for t in trajectories):6.2f} "
-            f"{statistics.fmean(float(t.metrics['correct']) for t in trajectories):7.2f} "
-            f"{rollout_s[-1]:9.1f} {train_s[-1]:7.1f} {int(result.metrics.get('skipped', 0)):>7}",
-            flush=True,
-        )
-    return rollout_s, train_s, steps
-
-
-async def train_with_loop(
-    model: TrainableModel,
-    client: AsyncOpenAI,
-    train_items: list[Item],
-    train_sampling: Sampling,
-    train_config: Any,
-    args: argparse.Namespace,
-) -> tuple[list[float], list[float], int]:
-    """`train_loop` for `--steps` applied updates, synchronous or pipelined (`--loop`); draw d samples with seed + d."""
-    from art_agents.loop import train_loop
-
-    class Draws:
-        def pick(self, draw: int, count: int) -> list[Item]:
-            return random.Random(args.seed * 1_000_003 + draw).sample(train_items, count)
-
-    seeds = iter(range(1_000_000 * args.seed, 1_000_000 * (args.seed + 1)))
-
-    async def attempt(model: TrainableModel, item: Item) -> Trajectory:
-        return await answer(client, model, item, train_sampling, seed=next(seeds))
-
-    print(f"{'step':>4} {'reward':>6} {'rollout s':>9} {'train s':>7} {'staleness':>9}")
-
-    async def show(record: Any, groups: list[Any]) -> None:
-        stale = record.metrics.get("pipeline/staleness", 0.0)
-        print(f"{record.step:>4} {record.reward_mean:6.3f} {record.rollout_s:9.1f} {record.train_s:7.1f} {stale:9.0f}")
-
-    records = await train_loop(
-        model,
-        attempt,
-        Draws(),
-        steps=args.steps,
-        groups_per_step=args.prompts_per_step,
-        rollouts_per_group=args.group_size,
-        train_config=train_config,
-        after_train=show,
-        pipeline=args.loop == "pipelined",
-        max_steps_off_policy=args.max_steps_off_policy,
-    )
-    return [r.rollout_s for r in records], [r.train_s for r in records], sum(r.advanced for r in records)
+        return [r.rollout_s for r in records], [r.train_s for r in records], sum(r.advanced for r in records)
 
 
 def _mean(scores: list[Score], rows: list[int], part: str) -> float:

@@ -92,3 +92,21 @@ def server_url(tmp_path: Path) -> Iterator[str]:
     """A fresh server on an empty art path (`tmp_path / "art"`)."""
     with start_server(tmp_path / "art") as url:
         yield url
+
+
+# A rollout module for job files and loops: one completion, rewarded by how often it writes a letter.
+ROLLOUT_MODULE = """
+import art_agents as art
+
+
+async def attempt(model: art.TrainableModel, scenario: dict) -> art.Trajectory:
+    client = model.openai_client()
+    async with art.rollout(prompt=scenario["prompt"]) as trajectory:
+        reply = await client.chat.completions.create(
+            model=model.name, messages=[{"role": "user", "content": scenario["prompt"]}], max_tokens=6, temperature=1.0
+        )
+        text = reply.choices[0].message.content or ""
+        trajectory.reward = text.count(scenario["letter"]) / len(text) if text else 0.0
+    await client.close()
+    return trajectory
+"""

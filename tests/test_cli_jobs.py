@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from server_fixtures import ROLLOUT_MODULE
 
 from art_agents import ArtError, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
 from art_agents.loop import MAX_IDLE_DRAWS, train_loop
@@ -45,23 +46,6 @@ def test_report_prints_each_step(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     assert "proj/agent" in result.stdout and "0.2" in result.stdout
     assert run_cli("report", "--art-path", str(tmp_path / "none")).returncode == 1
-
-
-ROLLOUT_MODULE = """
-import art_agents as art
-
-
-async def attempt(model: art.TrainableModel, scenario: dict) -> art.Trajectory:
-    client = model.openai_client()
-    async with art.rollout(prompt=scenario["prompt"]) as trajectory:
-        reply = await client.chat.completions.create(
-            model=model.name, messages=[{"role": "user", "content": scenario["prompt"]}], max_tokens=6, temperature=1.0
-        )
-        text = reply.choices[0].message.content or ""
-        trajectory.reward = text.count(scenario["letter"]) / len(text) if text else 0.0
-    await client.close()
-    return trajectory
-"""
 
 
 def test_train_runs_a_job_file_end_to_end(tiny_model_path, tmp_path) -> None:

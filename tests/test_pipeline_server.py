@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from server_fixtures import start_server
+from server_fixtures import ROLLOUT_MODULE, start_server
 
 from art_agents import TrainableModel
 from art_agents.jsonl import read_groups
@@ -28,22 +28,6 @@ SCENARIOS = [
     {"prompt": "Write b.", "letter": "b"},
     {"prompt": "e?", "letter": "e"},
 ]
-
-ROLLOUT_MODULE = """
-import art_agents as art
-
-
-async def attempt(model: art.TrainableModel, scenario: dict) -> art.Trajectory:
-    client = model.openai_client()
-    async with art.rollout(prompt=scenario["prompt"]) as trajectory:
-        reply = await client.chat.completions.create(
-            model=model.name, messages=[{"role": "user", "content": scenario["prompt"]}], max_tokens=6, temperature=1.0
-        )
-        text = reply.choices[0].message.content or ""
-        trajectory.reward = text.count(scenario["letter"]) / len(text) if text else 0.0
-    await client.close()
-    return trajectory
-"""
 
 
 def history(model_dir: Path) -> list[dict]:
