@@ -98,7 +98,8 @@ class BareLoop:
     def step(self) -> None:
         import torch
 
-        from art_agents.server.training.loss import BatchTotals, policy_loss, token_logprobs
+        from art_agents.server.training.logprobs import token_logprobs
+        from art_agents.server.training.loss import BatchTotals, policy_loss
 
         t0 = time.perf_counter()
         self.model.eval()

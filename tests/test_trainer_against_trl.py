@@ -14,7 +14,8 @@ import torch
 from test_training_trainer import lora_model
 from trl_reference import trl_grpo_loss, trl_pad_batch
 
-from art_agents.server.training.loss import BatchTotals, policy_loss, token_logprobs
+from art_agents.server.training.logprobs import token_logprobs
+from art_agents.server.training.loss import BatchTotals, policy_loss
 from art_agents.server.training.sequences import TrainSequence, merge_turns
 from art_agents.train_config import TrainConfig
 

@@ -38,25 +38,6 @@ class BatchTotals:
     tokens: int
 
 
-def token_logprobs(
-    model: torch.nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    temperatures: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logprob of each token given its prefix at its sampling temperature, and the scaled logits.
-
-    Column j of the result is token j + 1 (token 0 has no prefix); callers shift the mask and
-    `temperatures` (B, T - 1, the temperature token j + 1 was sampled at) to match.
-    """
-    from trl.trainer.utils import selective_log_softmax
-
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1].float()
-    if temperatures is not None:
-        logits = logits / temperatures.unsqueeze(-1)
-    return selective_log_softmax(logits, input_ids[:, 1:]), logits
-
-
 def policy_loss(
     logps: torch.Tensor,
     old_logps: torch.Tensor,

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from art_agents.server.training.advantages import group_advantages
-from art_agents.server.training.loss import BatchTotals, policy_loss, token_logprobs
+from art_agents.server.training.logprobs import ScaledLogits, token_logprobs
+from art_agents.server.training.loss import BatchTotals, policy_loss
 from art_agents.server.training.sequences import (
     Policy,
     TrainingInputError,
@@ -259,7 +260,7 @@ class PolicyTrainer:
 
     @staticmethod
     def _first_pass_sums(
-        sums: dict[str, float], batch: dict[str, Any], old_logps: torch.Tensor, logits: torch.Tensor
+        sums: dict[str, float], batch: dict[str, Any], old_logps: torch.Tensor, logits: ScaledLogits
     ) -> None:
         """Metrics of the policy at the start of the step: entropy of the trained tokens, distance to the sampler.
 
@@ -267,11 +268,10 @@ class PolicyTrainer:
         growing with staleness or an engine whose numbers differ from the trainer's.
         """
         import torch
-        from trl.trainer.utils import entropy_from_logits
 
         with torch.no_grad():
             mask = batch["mask"]
-            sums["entropy_sum"] += float(entropy_from_logits(logits.detach()[mask]).sum())  # chunked inside TRL
+            sums["entropy_sum"] += logits.entropy_sum(mask)
             sampler = batch["sampler_logprobs"]
             known = mask & torch.isfinite(sampler)
             delta = old_logps[known] - sampler[known]
