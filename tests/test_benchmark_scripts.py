@@ -103,3 +103,11 @@ def test_train_memory_reads_the_servers_resident_memory_through_registering_and_
     result = json.loads(out[out.index("{") :])
     assert result["steps"] == 1 and 0 < result["rss_mb_registered"] <= result["rss_mb_peak"]
     assert result["rss_mb_after_steps"] <= result["rss_mb_peak"]
+
+
+@pytest.mark.slow
+def test_grpo_step_reports_time_and_peak_memory_of_both_sides() -> None:
+    out = run_script("grpo_step.py", "--steps", "1", "--groups", "2", "--group-size", "4")
+    assert re.search(rf"^ratio \(ours / TRL\): {RATIO}$", out, re.M), out
+    assert re.search(rf"^peak memory ratio \(ours / TRL\): {RATIO}$", out, re.M), out
+    assert re.search(r"PolicyTrainer\.train: .* per step, peak \d+\.\d MiB \(", out), out
