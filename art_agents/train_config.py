@@ -201,6 +201,17 @@ class ModelConfig(Schema):
             "for longer contexts or more concurrent rollouts; lower it when training runs out of memory."
         ),
     )
+    tensor_parallel_size: int = Field(
+        1, ge=1, description="vLLM: GPUs one copy of the model is split over (`vllm serve --tensor-parallel-size`)."
+    )
+    data_parallel_size: int = Field(
+        1,
+        ge=1,
+        description=(
+            "vLLM: copies of the model serving requests side by side (`vllm serve --data-parallel-size`); vLLM "
+            "uses tensor_parallel_size x data_parallel_size GPUs."
+        ),
+    )
     vllm_startup_timeout: float = Field(
         600.0,
         gt=0,

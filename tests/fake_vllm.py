@@ -28,11 +28,8 @@ def _event(kind: str, **fields: Any) -> None:
             f.write(json.dumps({"event": kind, "pid": os.getpid(), **fields}) + "\n")
 
 
-def main(argv: list[str]) -> None:
-    if os.environ.get("FAKE_VLLM_FAIL_START"):
-        print("INFO loading model", flush=True)
-        print(f"ERROR {os.environ['FAKE_VLLM_FAIL_START']}", file=sys.stderr, flush=True)
-        sys.exit(1)
+def parse(argv: list[str]) -> argparse.Namespace:
+    """`vllm serve`'s flags that art-agents passes, with vLLM 0.34's names, choices and defaults."""
     parser = argparse.ArgumentParser()
     parser.add_argument("command", choices=["serve"])
     parser.add_argument("model")
@@ -50,7 +47,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--enable-sleep-mode", action="store_true")
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    args = parser.parse_args(argv)
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> None:
+    if os.environ.get("FAKE_VLLM_FAIL_START"):
+        print("INFO loading model", flush=True)
+        print(f"ERROR {os.environ['FAKE_VLLM_FAIL_START']}", file=sys.stderr, flush=True)
+        sys.exit(1)
+    args = parse(argv)
     _event("start", argv=argv)
 
     import uvicorn

@@ -94,6 +94,22 @@ def test_flags_round_the_rank_up_to_one_vllm_takes() -> None:
     assert "--no-enable-prefix-caching" in vllm_args(CONFIG.model_copy(update={"prefix_cache_mb": 0}), sleep=False)
 
 
+def test_the_command_line_carries_tensor_and_data_parallelism_and_lora_as_vllm_reads_them() -> None:
+    import fake_vllm
+
+    config = CONFIG.model_copy(update={"tensor_parallel_size": 2, "data_parallel_size": 4, "lora_rank": 32})
+    argv = ["serve", "m", "--host", "127.0.0.1", "--port", "8000", *vllm_args(config, sleep=True)]
+    read = fake_vllm.parse(argv)
+    assert (read.tensor_parallel_size, read.data_parallel_size) == (2, 4)
+    assert read.enable_lora and read.max_lora_rank == 32 and read.enable_sleep_mode
+    assert (
+        fake_vllm.parse(
+            ["serve", "m", "--host", "h", "--port", "1", *vllm_args(CONFIG, sleep=False)]
+        ).data_parallel_size
+        == 1
+    )
+
+
 def test_vllm_failing_to_start_raises_with_its_log(
     fake_env: Path, tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -72,6 +72,8 @@ def vllm_args(config: ModelConfig, sleep: bool) -> list[str]:
         "--logprobs-mode=processed_logprobs",
         f"--dtype={dtype}",
         "--enable-prefix-caching" if config.prefix_cache_mb > 0 else "--no-enable-prefix-caching",
+        f"--tensor-parallel-size={config.tensor_parallel_size}",
+        f"--data-parallel-size={config.data_parallel_size}",
     ]
     return [*args, "--enable-sleep-mode"] if sleep else args
 
