@@ -201,6 +201,15 @@ class ModelConfig(Schema):
             "for longer contexts or more concurrent rollouts; lower it when training runs out of memory."
         ),
     )
+    replicas: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Transformers engines serving this model side by side behind a router that keeps a rollout's calls on "
+            "one of them (its prefix cache) and publishes each checkpoint to all at once (devices with room for "
+            "several copies; on vLLM use data_parallel_size)."
+        ),
+    )
     tensor_parallel_size: int = Field(
         1, ge=1, description="vLLM: GPUs one copy of the model is split over (`vllm serve --tensor-parallel-size`)."
     )

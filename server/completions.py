@@ -148,7 +148,9 @@ async def complete(plan: ChatPlan, rollouts: RolloutCounts, on_token: TokenCallb
     """Generate, record every choice in the token store, count the rollout's call, build the response."""
     served = plan.served
     try:
-        samples = await served.engine.generate(plan.prompt_ids, plan.params, on_token, plan.older, plan.cancel)
+        samples = await served.engine.generate(
+            plan.prompt_ids, plan.params, on_token, plan.older, plan.cancel, route=plan.rollout_id
+        )
     except EngineBusy as exc:
         raise ServiceError(503, str(exc), {"Retry-After": "1"}) from exc
     ids = [plan.completion_id if i == 0 else f"{plan.completion_id}-{i}" for i in range(len(samples))]

@@ -84,7 +84,11 @@ class Engine(Protocol):
         on_token: TokenCallback | None = None,
         older: OlderStep | None = None,
         cancel: threading.Event | None = None,
-    ) -> list[Sample]: ...
+        route: str | None = None,
+    ) -> list[Sample]:
+        """Sample `params.n` choices. `route` (a rollout id) keeps a rollout's calls on one replica behind a
+        `ReplicaRouter`; a single engine has nowhere else to send them."""
+        ...
 
     def load_adapter(self, path: str | Path) -> None:
         """Serve the checkpoint at `path` as the current step (opening a model, a rollback)."""

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from art_agents.server.engines.protocol import Engine
 from art_agents.server.engines.vllm_process import PYTHON_ENV, vllm_python
+from art_agents.server.errors import ServiceError
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
@@ -84,6 +85,17 @@ ENGINES: dict[str, EngineLoader] = {"transformers": _transformers, "vllm": _vllm
 
 
 def load_engine(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
+    """The engine for a model; `config.replicas` transformers engines behind a `ReplicaRouter` when more than one."""
     engine, why = choose_engine(config)
     log.info("model %s is served by the %s engine: %s", name, engine, why)
-    return ENGINES[engine](base_model, config, name, model_dir)
+    if config.replicas == 1:
+        return ENGINES[engine](base_model, config, name, model_dir)
+    if engine != "transformers":
+        raise ServiceError(
+            400,
+            f"replicas={config.replicas} is for the transformers engine, and this model is served by {engine}; "
+            "vLLM serves copies of a model with data_parallel_size",
+        )
+    from art_agents.server.engines.replicas import ReplicaRouter
+
+    return ReplicaRouter([ENGINES[engine](base_model, config, name, model_dir) for _ in range(config.replicas)])

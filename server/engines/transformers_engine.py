@@ -124,6 +124,7 @@ class TransformersEngine:
         on_token: TokenCallback | None = None,
         older: OlderStep | None = None,
         cancel: threading.Event | None = None,
+        route: str | None = None,
     ) -> list[Sample]:
         """Sample `params.n` choices; `on_token` (if given) sees each token as it is sampled, for streaming.
 

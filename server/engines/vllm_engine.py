@@ -252,6 +252,7 @@ class VLLMEngine:
         on_token: TokenCallback | None = None,
         older: OlderStep | None = None,
         cancel: threading.Event | None = None,
+        route: str | None = None,
     ) -> list[Sample]:
         """Sample `params.n` choices from `name@step` (the latest, or `older`); see the module docstring."""
         if self._requests >= self.config.max_queued_requests:
