@@ -111,3 +111,9 @@ def test_grpo_step_reports_time_and_peak_memory_of_both_sides() -> None:
     assert re.search(rf"^ratio \(ours / TRL\): {RATIO}$", out, re.M), out
     assert re.search(rf"^peak memory ratio \(ours / TRL\): {RATIO}$", out, re.M), out
     assert re.search(r"PolicyTrainer\.train: .* per step, peak \d+\.\d MiB \(", out), out
+
+
+@pytest.mark.slow
+def test_replicas_benchmark_runs_on_the_tiny_model() -> None:
+    out = run_script("replicas.py", "--tiny", "--rounds", "1", "--requests", "4", "--max-tokens", "4")
+    assert re.search(rf"^summary: throughput 2 replicas / 1 {RATIO}$", out, re.M), out
