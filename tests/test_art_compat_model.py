@@ -155,12 +155,20 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
     )
     assert model.config.max_turns == 5  # type: ignore[union-attr]
     assert (model.server_config.lora_rank, model.server_config.lora_alpha) == (4, 8)
+    assert model.server_config.gpu_memory_utilization == 0.5
+    engine = {"tensor_parallel_size": 2, "enable_prefix_caching": False, "enforce_eager": True}
+    shared = {"engine_args": engine, "trainer_gpu_ids": [0], "inference_gpu_ids": [0]}
+    served = art.TrainableModel(**base, _internal_config=shared).server_config
+    assert (served.tensor_parallel_size, served.prefix_cache_mb) == (2, 0.0)
     assert art.TrainableModel(**base, lora_config={"rank": 2}).config.lora_rank == 2  # type: ignore[union-attr]
     assert art.TrainableModel(**base, report_metrics=["wandb"]).report_to == ["wandb"]
     for bad, named in [
         ({"report_metrics": ["wandb"], "report_to": ["langfuse"]}, "report_metrics"),
         ({"lora_config": {"use_rslora": True}}, "lora_config.use_rslora"),
         ({"_internal_config": {"init_args": {"load_in_4bit": True}}}, "load_in_4bit"),
+        ({"_internal_config": {"engine_args": {"quantization": "fp8"}}}, "engine_args.quantization='fp8'"),
+        ({"_internal_config": {"trainer_gpu_ids": [0], "inference_gpu_ids": [1]}}, "apart from inference_gpu_ids"),
+        ({"_internal_config": {"trainer_gpu_ids": [1]}}, "one without the other"),
         ({"trainable": False}, "trainable must be True"),
     ]:
         with pytest.raises(ValidationError, match=named):

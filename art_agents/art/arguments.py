@@ -31,11 +31,10 @@ _LORA_FIELDS = {
 }
 # `_internal_config["init_args"]` keys: mapped, accepted only at the value this server uses, or ignored (they only
 # tune the memory and speed of ART's Unsloth/vLLM services).
-_INIT_FIELDS = {"dtype": "dtype", "random_state": "seed"}
+_INIT_FIELDS = {"dtype": "dtype", "random_state": "seed", "gpu_memory_utilization": "gpu_memory_utilization"}
 _INIT_AT = {"load_in_4bit": False, "load_in_8bit": False, "full_finetuning": False, "trust_remote_code": False}
 _INIT_IGNORED = {
     "max_seq_length",
-    "gpu_memory_utilization",
     "fast_inference",
     "disable_log_stats",
     "enable_prefix_caching",
@@ -45,8 +44,17 @@ _INIT_IGNORED = {
     "use_gradient_checkpointing",
     "fix_tokenizer",
 }
-# `_internal_config` sections ignored whole: ART's vLLM engine arguments and GPU placement.
-_INTERNAL_IGNORED = {"engine_args", "trainer_gpu_ids", "inference_gpu_ids"}
+# `_internal_config["engine_args"]` (ART's vLLM engine arguments): mapped to ModelConfig's vLLM fields, or ignored
+# (they only tune vLLM's memory and speed, which this server sets itself). Others are refused by name.
+_ENGINE_FIELDS = {
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "enable_sleep_mode": "vllm_sleep_mode",
+}
+_ENGINE_IGNORED = {"enforce_eager", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "disable_log_stats"}
+# GPU placement: ART's shared mode (the same GPUs for both, or none given) is what this server does.
+_PLACEMENT = ("trainer_gpu_ids", "inference_gpu_ids")
 
 # ART's training options (its `_config` dict, `art.dev.TrainConfig`, and the keywords of its `backend.train`) that
 # this trainer has, by TrainConfig field.
@@ -118,10 +126,16 @@ def model_config_updates(
                 refused.append(f"{section}.{key}")
 
     lora("lora_config", lora_config or {})
-    for section, values in (internal_config or {}).items():
-        if section in _INTERNAL_IGNORED:
-            continue
-        if section == "peft_args" and isinstance(values, Mapping):
+    internal = dict(internal_config or {})
+    placement = [internal.pop(key, None) for key in _PLACEMENT]
+    if placement[0] != placement[1] and all(placement):
+        refused.append(f"_internal_config.trainer_gpu_ids={placement[0]!r} apart from inference_gpu_ids")
+    elif any(placement) and not all(placement):
+        refused.append("_internal_config: trainer_gpu_ids and inference_gpu_ids, one without the other")
+    for section, values in internal.items():
+        if section == "engine_args" and isinstance(values, Mapping):
+            refused += _engine_updates(values, updates)
+        elif section == "peft_args" and isinstance(values, Mapping):
             lora("_internal_config.peft_args", values)
         elif section == "init_args" and isinstance(values, Mapping):
             for key, value in values.items():
@@ -136,10 +150,26 @@ def model_config_updates(
     if refused:
         raise ValueError(
             f"not supported by art-agents: {', '.join(refused)}. LoRA settings map to ModelConfig (rank, alpha, "
-            "dropout, target_modules, random_state); engine_args and GPU placement are ignored; use "
+            "dropout, target_modules, random_state), engine_args to its vLLM fields (gpu_memory_utilization, "
+            "tensor_parallel_size, data_parallel_size, enable_sleep_mode, enable_prefix_caching); the trainer and "
+            "vLLM share their GPUs (separate trainer GPUs are not built yet); use "
             "`config=art_agents.ModelConfig(...)` for the rest (engine, dtype, device, batch size)"
         )
     return updates
+
+
+def _engine_updates(values: Mapping[str, Any], updates: dict[str, Any]) -> list[str]:
+    """Apply ART's `engine_args` to `updates`; the keys that cannot be honoured."""
+    refused = []
+    for key, value in values.items():
+        if key in _ENGINE_FIELDS:
+            updates[_ENGINE_FIELDS[key]] = value
+        elif key == "enable_prefix_caching":
+            if not value:
+                updates["prefix_cache_mb"] = 0.0
+        elif key not in _ENGINE_IGNORED:
+            refused.append(f"_internal_config.engine_args.{key}={value!r}")
+    return refused
 
 
 def art_train_config(

@@ -38,6 +38,10 @@ class EngineArgs(TypedDict, total=False):
     max_num_seqs: int
     enable_prefix_caching: bool
     tensor_parallel_size: int
+    data_parallel_size: int
+    enable_sleep_mode: bool
+    max_num_batched_tokens: int
+    disable_log_stats: bool
 
 
 class PeftArgs(TypedDict, total=False):
