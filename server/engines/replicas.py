@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -101,18 +101,20 @@ class ReplicaRouter:
         for replica in self.replicas:
             replica.forget_older()
 
-    @contextlib.asynccontextmanager
-    async def paused(self) -> AsyncIterator[None]:
-        async with contextlib.AsyncExitStack() as stack:
-            for replica in self.replicas:
-                await stack.enter_async_context(replica.paused())
-            yield
+    def paused(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._in_every(lambda replica: replica.paused())
+
+    def beside_training(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self._in_every(lambda replica: replica.beside_training())
 
     @contextlib.asynccontextmanager
-    async def beside_training(self) -> AsyncIterator[None]:
+    async def _in_every(
+        self, context: Callable[[Engine], contextlib.AbstractAsyncContextManager[None]]
+    ) -> AsyncIterator[None]:
+        """Inside `context` of every replica at once (entered in order, left in reverse)."""
         async with contextlib.AsyncExitStack() as stack:
             for replica in self.replicas:
-                await stack.enter_async_context(replica.beside_training())
+                await stack.enter_async_context(context(replica))
             yield
 
     async def close(self) -> None:
