@@ -32,7 +32,10 @@ class StepRecord(Schema):
     metrics: dict[str, float] = Field(default_factory=dict)
 
     @classmethod
-    def of(cls, result: TrainResult, before: int, groups: list[TrajectoryGroup], rollout_s: float, train_s: float):
+    def of(
+        cls, result: TrainResult, before: int, groups: list[TrajectoryGroup], rollout_s: float, train_s: float
+    ) -> StepRecord:
+        """The record of the train call that took the step from `before` to `result.step`."""
         rewards = [r for g in groups for r in g.rewards()]
         return cls(
             step=result.step,
