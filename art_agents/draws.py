@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import Field
@@ -73,24 +74,28 @@ def scenario_source(scenarios: Sequence[Any] | ScenarioSource, seed: int) -> Sce
     return ShuffledCycle(scenarios, seed) if isinstance(scenarios, Sequence) else scenarios
 
 
-async def run_draw(
-    model: TrainableModel,
-    rollout: RolloutFn,
-    picks: list[Any],
-    rollouts_per_group: int,
-    *,
-    desc: str,
-    max_exceptions: int | float,
-    after_each: AfterEach | None,
-) -> list[TrajectoryGroup]:
-    """One group of `rollouts_per_group` rollouts per scenario; groups left empty (dropped, all failed) go."""
-    groups = await gather_trajectory_groups(
-        (TrajectoryGroup(rollout(model, s) for _ in range(rollouts_per_group)) for s in picks),
-        pbar_desc=desc,
-        max_exceptions=max_exceptions,
-        after_each=after_each,
-    )
-    return [g for g in groups if g.trajectories]
+@dataclass(frozen=True)
+class Draws:
+    """How a loop draws: which scenarios, how many rollouts of each, how they are scored and failures counted."""
+
+    model: TrainableModel
+    rollout: RolloutFn
+    source: ScenarioSource
+    groups_per_step: int
+    rollouts_per_group: int
+    max_exceptions: int | float
+    after_each: AfterEach | None
+
+    async def run(self, draw: int, desc: str) -> list[TrajectoryGroup]:
+        """Draw `draw`: one group per picked scenario; groups left empty (dropped, all failed) go."""
+        picks = self.source.pick(draw, self.groups_per_step)
+        groups = await gather_trajectory_groups(
+            (TrajectoryGroup(self.rollout(self.model, s) for _ in range(self.rollouts_per_group)) for s in picks),
+            pbar_desc=desc,
+            max_exceptions=self.max_exceptions,
+            after_each=self.after_each,
+        )
+        return [g for g in groups if g.trajectories]
 
 
 class IdleDraws:

@@ -17,12 +17,12 @@ from pydantic import Field
 from art_agents.draws import (
     MAX_IDLE_DRAWS,
     AfterTrain,
+    Draws,
     IdleDraws,
     RolloutFn,
     ScenarioSource,
     ShuffledCycle,
     StepRecord,
-    run_draw,
     scenario_source,
 )
 from art_agents.gather import AfterEach
@@ -75,36 +75,16 @@ async def train_loop(
     the same draws in the same order, with `after_train` running while later draws roll out.
     """
     source = scenario_source(scenarios, seed)
+    draws = Draws(model, rollout, source, groups_per_step, rollouts_per_group, max_exceptions, after_each)
     if pipeline:
-        return await pipeline_loop(
-            model,
-            rollout,
-            source,
-            steps=steps,
-            groups_per_step=groups_per_step,
-            rollouts_per_group=rollouts_per_group,
-            train_config=train_config,
-            after_each=after_each,
-            max_exceptions=max_exceptions,
-            after_train=after_train,
-            max_steps_off_policy=max_steps_off_policy,
-        )
+        return await pipeline_loop(draws, steps, train_config, after_train, max_steps_off_policy)
     records: list[StepRecord] = []
     step = draw = await model.get_step()
     target, idle = step + steps, IdleDraws()
     while step < target:
-        picks = source.pick(draw, groups_per_step)
-        draw += 1
         began = time.perf_counter()
-        groups = await run_draw(
-            model,
-            rollout,
-            picks,
-            rollouts_per_group,
-            desc=f"step {step}",
-            max_exceptions=max_exceptions,
-            after_each=after_each,
-        )
+        groups = await draws.run(draw, desc=f"step {step}")
+        draw += 1
         rollout_s = time.perf_counter() - began
         if not groups:  # every group dropped (after_each) or failed within the budget: draw again
             idle.empty()

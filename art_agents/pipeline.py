@@ -19,9 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from art_agents.draws import AfterTrain, IdleDraws, RolloutFn, ScenarioSource, StepRecord, run_draw
-from art_agents.gather import AfterEach
-from art_agents.model import TrainableModel
+from art_agents.draws import AfterTrain, Draws, IdleDraws, StepRecord
 from art_agents.train_config import TrainConfig
 from art_agents.trajectory import TrajectoryGroup
 
@@ -66,24 +64,15 @@ class _Counts:
 
 
 class _Pipeline:
-    """One run: `start_draws` keeps rollouts going ahead, `train` takes draws in order."""
+    """One run: `start_draws` keeps rollouts going ahead, `next_draw` hands the trainer draws in order."""
 
-    def __init__(
-        self,
-        model: TrainableModel,
-        rollout: RolloutFn,
-        source: ScenarioSource,
-        step: int,
-        max_steps_off_policy: int,
-        draw_options: dict[str, Any],
-    ) -> None:
-        self.model, self.rollout, self.source = model, rollout, source
+    def __init__(self, draws: Draws, step: int, max_steps_off_policy: int) -> None:
+        self.model, self.draws = draws.model, draws
         self.first_draw = self.step = step  # draws are numbered from the step, as in the synchronous loop
         self.ahead = max_steps_off_policy
-        self.draw_options = draw_options
         self.consumed = 0  # draws the trainer is done with
         self.pace = asyncio.Condition()
-        self.draws: asyncio.Queue[_Draw | BaseException] = asyncio.Queue()
+        self.ready: asyncio.Queue[_Draw | BaseException] = asyncio.Queue()  # started draws, in order
         self.running: list[_Draw] = []
         self.counts = _Counts(time.perf_counter())
 
@@ -94,30 +83,21 @@ class _Pipeline:
                 held = time.perf_counter()
                 async with self.pace:
                     await self.pace.wait_for(lambda index=index: self.consumed >= index - self.ahead)
-                picks = self.source.pick(self.first_draw + index, self.draw_options["groups_per_step"])
                 task = asyncio.create_task(
-                    run_draw(
-                        self.model,
-                        self.rollout,
-                        picks,
-                        self.draw_options["rollouts_per_group"],
-                        desc=f"draw {self.first_draw + index}",
-                        max_exceptions=self.draw_options["max_exceptions"],
-                        after_each=self.draw_options["after_each"],
-                    )
+                    self.draws.run(self.first_draw + index, desc=f"draw {self.first_draw + index}")
                 )
                 began = time.perf_counter()
                 draw = _Draw(index, self.step, began - held, began, task)
                 task.add_done_callback(draw.done)
                 self.running.append(draw)
-                await self.draws.put(draw)
+                await self.ready.put(draw)
         except Exception as exc:
-            await self.draws.put(exc)
+            await self.ready.put(exc)
 
     async def next_draw(self) -> tuple[_Draw, list[TrajectoryGroup], float]:
         """The oldest draw's groups (those not too stale) and how long the trainer waited for them."""
         waiting = time.perf_counter()
-        draw = await self.draws.get()
+        draw = await self.ready.get()
         if isinstance(draw, BaseException):
             raise draw
         groups = await draw.task
@@ -162,16 +142,9 @@ class _Pipeline:
 
 
 async def pipeline_loop(
-    model: TrainableModel,
-    rollout: RolloutFn,
-    source: ScenarioSource,
-    *,
+    draws: Draws,
     steps: int,
-    groups_per_step: int,
-    rollouts_per_group: int,
     train_config: TrainConfig | None,
-    after_each: AfterEach | None,
-    max_exceptions: int | float,
     after_train: AfterTrain | None,
     max_steps_off_policy: int,
 ) -> list[StepRecord]:
@@ -179,15 +152,10 @@ async def pipeline_loop(
     if max_steps_off_policy < 0:
         raise ValueError(f"max_steps_off_policy must be >= 0, got {max_steps_off_policy}")
     config = pipeline_config(train_config, max_steps_off_policy)
+    model = draws.model
     step = await model.get_step()
     target, idle, records = step + steps, IdleDraws(), []
-    options = {
-        "groups_per_step": groups_per_step,
-        "rollouts_per_group": rollouts_per_group,
-        "max_exceptions": max_exceptions,
-        "after_each": after_each,
-    }
-    pipeline = _Pipeline(model, rollout, source, step, max_steps_off_policy, options)
+    pipeline = _Pipeline(draws, step, max_steps_off_policy)
     producer = asyncio.create_task(pipeline.start_draws())
     try:
         while step < target:
