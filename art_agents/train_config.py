@@ -221,6 +221,32 @@ class ModelConfig(Schema):
             "uses tensor_parallel_size x data_parallel_size GPUs."
         ),
     )
+    trainer_processes: int = Field(
+        0,
+        ge=0,
+        description=(
+            "0: the server's own process trains the policy (beside a transformers engine on its device, over the "
+            "same base weights). N >= 1: N processes started by the server train it together with torch.distributed "
+            "(`trainer_sharding`), one per `trainer_devices` entry, each holding its own copy of the base model; "
+            "one that dies fails its step (the last checkpoint keeps serving) and all are restarted for the next."
+        ),
+    )
+    trainer_sharding: Literal["ddp", "fsdp"] = Field(
+        "ddp",
+        description=(
+            "With trainer_processes >= 1: `ddp` keeps the whole model in every process and averages gradients; "
+            "`fsdp` (FSDP2) shards parameters, gradients and optimizer state over the processes, decoder layer by "
+            "decoder layer, for a model whose training state does not fit one device. Both give the update of "
+            "one process on the same groups."
+        ),
+    )
+    trainer_devices: list[str] = Field(
+        default_factory=list,
+        description=(
+            "One device per trainer process (`cuda:1`, `cpu`); empty: cuda:0 .. cuda:N-1 where CUDA is available, "
+            "else cpu. Processes talk over nccl on CUDA, gloo on CPU."
+        ),
+    )
     vllm_startup_timeout: float = Field(
         600.0,
         gt=0,
@@ -242,9 +268,14 @@ class ModelConfig(Schema):
     )
 
     @model_validator(mode="after")
-    def _scripted_needs_texts(self) -> ModelConfig:
+    def _consistent(self) -> ModelConfig:
         if self.engine == "scripted" and self.scripted_responses is None:
             raise ValueError("engine 'scripted' needs scripted_responses")
+        if self.trainer_devices and len(self.trainer_devices) != self.trainer_processes:
+            raise ValueError(
+                f"trainer_devices names {len(self.trainer_devices)} devices for trainer_processes="
+                f"{self.trainer_processes}; give one device per process, or leave trainer_devices empty"
+            )
         return self
 
 

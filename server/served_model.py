@@ -18,6 +18,8 @@ from art_agents.server.storage import checkpoints
 from art_agents.server.storage.folder_lock import FolderInUse, FolderLock, lock_folder
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.policy_model import PolicyModel
+from art_agents.server.training.step_work import StepTrainer
+from art_agents.server.training.trainer_processes import ProcessTrainer, TrainerProcesses
 from art_agents.wire import ModelInfo, RegisterRequest
 
 log = logging.getLogger("art_agents.server")
@@ -31,6 +33,7 @@ class ServedModel:
     policy: PolicyModel  # what training trains; its adapter holds the served step's weights between steps
     store: TokenStore
     owner: FolderLock  # this process owns model_dir until close()
+    trainer_processes: TrainerProcesses | None = None  # with ModelConfig.trainer_processes; None: this process trains
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # serialises training and checkpoint deletion
 
     @property
@@ -46,8 +49,18 @@ class ServedModel:
     def context_tokens(self) -> int | None:
         return self.policy.context_tokens
 
+    def trainer(self, optimizer_state: dict | None) -> StepTrainer:
+        """What trains the policy for one call, starting from the optimizer state of the served step."""
+        if self.trainer_processes is not None:
+            return ProcessTrainer(self.trainer_processes, self.policy, optimizer_state)
+        from art_agents.server.training.trainer import PolicyTrainer
+
+        return PolicyTrainer(self.policy.model, self.policy.tokenizer, self.store, optimizer_state)
+
     async def close(self) -> None:
         try:
+            if self.trainer_processes is not None:
+                await asyncio.to_thread(self.trainer_processes.stop)
             await self.engine.close()
             self.store.close()
         finally:
@@ -108,4 +121,15 @@ def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> Serve
         name=request.name, project=request.project, base_model=request.base_model, step=step, config=request.config
     )
     log.info("serving %s@%d from %s", request.name, step, model_dir)
-    return ServedModel(info=info, model_dir=model_dir, engine=engine, policy=policy, store=store, owner=owner)
+    processes = None
+    if request.config.trainer_processes:
+        processes = TrainerProcesses(request.base_model, request.config, model_dir)
+    return ServedModel(
+        info=info,
+        model_dir=model_dir,
+        engine=engine,
+        policy=policy,
+        store=store,
+        owner=owner,
+        trainer_processes=processes,
+    )

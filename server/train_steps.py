@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from art_agents.jsonl import write_groups
 from art_agents.names import check_safe_name
@@ -28,6 +28,7 @@ from art_agents.server.memory import trim_heap
 from art_agents.server.served_model import ServedModel
 from art_agents.server.storage import checkpoints
 from art_agents.server.training.sequences import check_unique_completions
+from art_agents.server.training.step_work import StepWork
 from art_agents.trajectory import TrajectoryGroup, validate_groups
 from art_agents.wire import (
     LogRequest,
@@ -43,8 +44,6 @@ from art_agents.wire import (
 
 if TYPE_CHECKING:
     from art_agents.schema import Schema
-    from art_agents.server.training.sequences import Policy
-    from art_agents.server.training.trainer import PolicyTrainer, Progress
 
 log = logging.getLogger("art_agents.server")
 
@@ -80,12 +79,11 @@ def check_sft_request(request: TrainSFTRequest) -> None:
 class _Step:
     """What differs between an RL step and an SFT call; everything else in `_train` is shared."""
 
-    kind: str  # the history row's "kind"
+    kind: Literal["rl", "sft"]  # the history row's "kind"
     groups: list[TrajectoryGroup]  # written as trajectories/train/<step>.jsonl
     config: Schema
     max_staleness: int | None  # None: a stored turn of any age (imitation has no importance ratio)
     truncate: bool
-    run: Callable[[PolicyTrainer, Policy, Progress], dict[str, float]]
     event: type[TrainEvent]
     result: Callable[[int, dict[str, float]], Any]
     caller_metrics: dict[str, float]  # the client's figures for the history row
@@ -101,7 +99,6 @@ async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn)
         config,
         config.max_staleness,
         config.truncate_to_context,
-        lambda trainer, policy, progress: trainer.train(request.groups, config, progress, policy=policy),
         TrainEvent,
         lambda n, metrics: TrainResult(step=n, skipped=bool(metrics.get("skipped")), metrics=metrics, config=config),
         request.metrics,
@@ -120,7 +117,6 @@ async def sft_events(served: ServedModel, request: TrainSFTRequest, spawn: Spawn
         config,
         None,
         config.truncate_to_context,
-        lambda trainer, policy, progress: trainer.train_sft(request.trajectories, config, progress, policy=policy),
         TrainSFTEvent,
         lambda n, metrics: TrainSFTResult(step=n, metrics=metrics, config=config),
         {},
@@ -133,7 +129,8 @@ async def _step_events(served: ServedModel, step: _Step, spawn: Spawn) -> AsyncI
     """Progress events and then a result (or error) event of one step.
 
     Input errors raised before training starts surface as `ServiceError(400)` from the first
-    `__anext__`, so the HTTP layer can still answer a 4xx instead of a 200 stream. The step runs in
+    `__anext__`, so the HTTP layer can still answer a 4xx instead of a 200 stream; any other failure is an
+    error event, named, whenever it happens. The step runs in
     a task of its own (`spawn`), so it completes and is saved even if the client hangs up.
     """
     events: asyncio.Queue[TrainEvent | BaseException | None] = asyncio.Queue()
@@ -142,7 +139,7 @@ async def _step_events(served: ServedModel, step: _Step, spawn: Spawn) -> AsyncI
     try:
         while (item := await events.get()) is not None:
             if isinstance(item, BaseException):
-                if started:
+                if started or not isinstance(item, ServiceError):  # a failed step, not a refused request
                     yield step.event(type="error", error=describe(item))
                     return
                 raise item
@@ -155,7 +152,6 @@ async def _step_events(served: ServedModel, step: _Step, spawn: Spawn) -> AsyncI
 
 async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> None:
     from art_agents.server.training.sequences import Policy, TrainingInputError
-    from art_agents.server.training.trainer import PolicyTrainer
 
     loop = asyncio.get_running_loop()
 
@@ -168,7 +164,7 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
             started = time.perf_counter()
             step = served.step
             optimizer_state = await asyncio.to_thread(checkpoints.load_optimizer_state, served.model_dir, step)
-            trainer = PolicyTrainer(served.policy.model, served.policy.tokenizer, served.store, optimizer_state)
+            trainer = served.trainer(optimizer_state)
             try:
                 policy = Policy(
                     served.info.name,
@@ -178,8 +174,9 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
                     served.engine.longest_token_bytes,
                     spec.truncate,
                 )
+                work = StepWork(spec.kind, spec.config, policy, spec.groups)  # type: ignore[arg-type]
                 async with served.engine.beside_training():
-                    metrics = await asyncio.to_thread(spec.run, trainer, policy, progress)
+                    metrics = await asyncio.to_thread(trainer.run, work, progress)
             finally:
                 served.policy.model.eval()
                 trim_heap()

@@ -136,12 +136,12 @@ def test_micro_batching_and_gradient_checkpointing_do_not_change_the_update(
 
 
 def test_micro_batches_are_capped_by_padded_tokens() -> None:
-    from art_agents.server.training.trainer import _chunks
+    from art_agents.server.training.batches import chunks
 
     sequences = [SimpleNamespace(token_ids=[0] * n) for n in (30, 10, 12, 25, 8)]
-    chunks = _chunks(sequences, size=4, tokens=50)  # type: ignore[arg-type]
-    assert [[len(s.token_ids) for s in chunk] for chunk in chunks] == [[30], [25, 12], [10, 8]]
-    assert [len(c) for c in _chunks(sequences, size=2)] == [2, 2, 1]  # type: ignore[arg-type]
+    micro = chunks(sequences, size=4, tokens=50)  # type: ignore[arg-type]
+    assert [[len(s.token_ids) for s in chunk] for chunk in micro] == [[30], [25, 12], [10, 8]]
+    assert [len(c) for c in chunks(sequences, size=2)] == [2, 2, 1]  # type: ignore[arg-type]
 
 
 def test_all_zero_variance_groups_take_no_step(tiny_model_path: Path, tokenizer: Any, store: TokenStore) -> None:

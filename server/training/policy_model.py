@@ -22,9 +22,12 @@ class PolicyModel:
 
     @classmethod
     def load(cls, base_model: str, config: ModelConfig, tokenizer: Any, shared_base: Any | None) -> PolicyModel:
-        """Over `shared_base` (an engine's `base_weights()`, same device) when there is one, else loaded anew."""
+        """Over `shared_base` (an engine's `base_weights()`, same device) when there is one, else loaded anew: on the
+        CPU in bf16 when trainer processes train it (the server's copy only holds the LoRA between steps)."""
         if shared_base is not None:
             return cls(with_base_of(shared_base), tokenizer)
+        if config.trainer_processes:
+            config = config.model_copy(update={"device": "cpu", "dtype": "bfloat16"})
         model, _ = load_peft_model(base_model, config)
         return cls(model, tokenizer)
 

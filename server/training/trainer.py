@@ -25,8 +25,10 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from art_agents.server.training.advantages import group_advantages
+from art_agents.server.training.batches import chunks, collate, empty_sequence
 from art_agents.server.training.logprobs import ScaledLogits, token_logprobs
 from art_agents.server.training.loss import BatchTotals, policy_loss
+from art_agents.server.training.ranks import Ranks
 from art_agents.server.training.sequences import (
     Policy,
     TrainingInputError,
@@ -34,6 +36,7 @@ from art_agents.server.training.sequences import (
     build_sequences,
     sft_sequences,
 )
+from art_agents.server.training.step_work import Progress, StepWork
 from art_agents.wire import reward_stats
 
 if TYPE_CHECKING:
@@ -43,21 +46,38 @@ if TYPE_CHECKING:
     from art_agents.train_config import TrainConfig, TrainSFTConfig
     from art_agents.trajectory import Trajectory, TrajectoryGroup
 
-Progress = Callable[[int, int, dict[str, float]], None]
-
 
 class PolicyTrainer:
-    """GRPO, or supervised fine-tuning, on the trainable (LoRA) parameters of `peft_model` with torch AdamW."""
+    """GRPO, or supervised fine-tuning, on the trainable (LoRA) parameters of `peft_model` with torch AdamW.
 
-    def __init__(self, peft_model: Any, tokenizer: Any, store: TokenStore, optimizer_state: dict | None = None) -> None:
+    `ranks` places it in a group of trainer processes that share each step (training/ranks.py); the
+    default trains alone.
+    """
+
+    def __init__(
+        self,
+        peft_model: Any,
+        tokenizer: Any,
+        store: TokenStore,
+        optimizer_state: dict | None = None,
+        ranks: Ranks | None = None,
+    ) -> None:
         from trl.trainer.utils import disable_dropout_in_model
 
         disable_dropout_in_model(peft_model)  # train and no-grad passes must compute the same policy
         self.model = peft_model
         self.tokenizer = tokenizer
         self.store = store
+        self.ranks = ranks or Ranks()
+        self._forward = self.ranks.forward_of(peft_model)
         self._optimizer: torch.optim.Optimizer | None = None
         self._initial_state = optimizer_state
+
+    def run(self, work: StepWork, progress: Progress | None) -> dict[str, float]:
+        """`train` or `train_sft`, as `work` asks."""
+        if work.kind == "rl":
+            return self.train(work.groups, work.config, progress, policy=work.policy)  # type: ignore[arg-type]
+        return self.train_sft(work.trajectories, work.config, progress, policy=work.policy)  # type: ignore[arg-type]
 
     def optimizer_state(self) -> dict:
         """The AdamW state to checkpoint (what was given at construction until the first step)."""
@@ -140,11 +160,12 @@ class PolicyTrainer:
     ) -> dict[str, float]:
         optimizer = self._optimizer_for(rates[0], config.weight_decay)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        total, done = sum(map(len, batches)), 0
+        shares = [self._share(chunks(b, config.micro_batch_size)) for b in batches]
+        total, done = sum(len(chunk) for share in shares for chunk in share), 0
         losses: list[float] = []
         grad_norm = 0.0
         with self._updating(optimizer, checkpointing=False):
-            for batch_sequences, rate in zip(batches, rates, strict=True):
+            for batch_sequences, share, rate in zip(batches, shares, rates, strict=True):
                 tokens = sum(s.trained_tokens for s in batch_sequences)
                 if not tokens:  # every reply was truncated away: nothing to imitate in this batch
                     continue
@@ -152,16 +173,18 @@ class PolicyTrainer:
                     group["lr"] = rate
                 optimizer.zero_grad(set_to_none=True)  # each step on its own batch's gradients only
                 loss_sum = 0.0
-                for chunk in _chunks(batch_sequences, config.micro_batch_size):
-                    batch = _collate(chunk, self._pad_id(), params[0].device)
-                    logps, logits = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"])
-                    del logits
-                    loss = -(logps * batch["mask"]).sum() / tokens
-                    loss.backward()
+                for c, chunk in enumerate(share):
+                    batch = collate(chunk, self._pad_id(), params[0].device)
+                    with self.ranks.syncing(c == len(share) - 1):
+                        logps, logits = token_logprobs(self._forward, batch["input_ids"], batch["attention_mask"])
+                        del logits
+                        loss = -(logps * batch["mask"]).sum() / tokens
+                        (loss * self.ranks.world).backward()
                     loss_sum += float(loss.detach())
                     done += len(chunk)
                     if progress is not None:
                         progress(done, total, {"loss": loss_sum})
+                [loss_sum] = self.ranks.summed([loss_sum])
                 grad_norm = _apply(optimizer, params, loss_sum, config.max_grad_norm, "the SFT loss")
                 losses.append(loss_sum)
         return {
@@ -180,10 +203,15 @@ class PolicyTrainer:
         device = params[0].device
         trajectories = {(s.group, s.trajectory) for s in sequences if s.trained_tokens}
         totals = BatchTotals(trajectories=len(trajectories), tokens=sum(s.trained_tokens for s in sequences))
-        chunks = _chunks(sequences, config.micro_batch_size, config.micro_batch_tokens)
-        batches = [_collate(chunk, self._pad_id(), device) for chunk in chunks]
+
+        share = self._share(chunks(sequences, config.micro_batch_size, config.micro_batch_tokens))
+        batches = [collate(chunk, self._pad_id(), device) for chunk in share]
         with self._updating(optimizer, checkpointing=config.gradient_checkpointing):
-            return self._grpo_iterations(optimizer, params, batches, totals, len(sequences), config, progress)
+            return self._grpo_iterations(optimizer, params, batches, totals, config, progress)
+
+    def _share(self, micro_batches: list[list[TrainSequence]]) -> list[list[TrainSequence]]:
+        """This process's micro-batches of a step (all of them when it trains alone)."""
+        return self.ranks.share(micro_batches, [empty_sequence(self._pad_id())])
 
     def _grpo_iterations(
         self,
@@ -191,13 +219,12 @@ class PolicyTrainer:
         params: list[torch.Tensor],
         batches: list[dict[str, Any]],
         totals: BatchTotals,
-        sequences: int,
         config: TrainConfig,
         progress: Progress | None,
     ) -> dict[str, float]:
         old = self._no_grad_logprobs(batches) if config.num_iterations > 1 else None
         ref = self._no_grad_logprobs(batches, base=True) if config.beta > 0 else None
-        total_work, done = sequences * config.num_iterations, 0
+        total_work, done = sum(b["input_ids"].shape[0] for b in batches) * config.num_iterations, 0
         sums = {
             "loss": 0.0,
             "clipped_tokens": 0.0,
@@ -213,25 +240,26 @@ class PolicyTrainer:
             optimizer.zero_grad(set_to_none=True)
             loss_sum = 0.0
             for b, batch in enumerate(batches):
-                logps, logits = token_logprobs(
-                    self.model, batch["input_ids"], batch["attention_mask"], batch["temperatures"]
-                )
-                old_logps = logps.detach() if old is None else old[b]
-                if iteration == 0:
-                    self._first_pass_sums(sums, batch, old_logps, logits)
-                del logits  # not kept through backward: the graph holds only what it needs
-                loss, batch_sums = policy_loss(
-                    logps,
-                    old_logps,
-                    batch["advantages"],
-                    batch["mask"],
-                    config,
-                    totals,
-                    None if ref is None else ref[b],
-                    trajectory_tokens=batch["trajectory_tokens"],
-                    sampler_logps=batch["sampler_logprobs"],
-                )
-                loss.backward()
+                with self.ranks.syncing(b == len(batches) - 1):
+                    logps, logits = token_logprobs(
+                        self._forward, batch["input_ids"], batch["attention_mask"], batch["temperatures"]
+                    )
+                    old_logps = logps.detach() if old is None else old[b]
+                    if iteration == 0:
+                        self._first_pass_sums(sums, batch, old_logps, logits)
+                    del logits  # not kept through backward: the graph holds only what it needs
+                    loss, batch_sums = policy_loss(
+                        logps,
+                        old_logps,
+                        batch["advantages"],
+                        batch["mask"],
+                        config,
+                        totals,
+                        None if ref is None else ref[b],
+                        trajectory_tokens=batch["trajectory_tokens"],
+                        sampler_logps=batch["sampler_logprobs"],
+                    )
+                    (loss * self.ranks.world).backward()  # DDP and FSDP average over the ranks: sum instead
                 loss_sum += float(loss.detach())
                 sums["clipped_tokens"] += batch_sums["clipped_tokens"]
                 if iteration == 0:
@@ -239,9 +267,12 @@ class PolicyTrainer:
                 done += batch["input_ids"].shape[0]
                 if progress is not None:
                     progress(done, total_work, {"loss": loss_sum})
+            [loss_sum] = self.ranks.summed([loss_sum])
             grad_norm = _apply(optimizer, params, loss_sum, config.max_grad_norm, "the GRPO loss")
             if iteration == 0:
                 sums["loss"] = loss_sum
+        local = [key for key in sums if key != "loss"]  # the loss was summed over the ranks for _apply
+        sums.update(zip(local, self.ranks.summed([sums[key] for key in local]), strict=True))
         trained = max(totals.tokens, 1)
         metrics = {
             "loss": sums["loss"],
@@ -288,7 +319,8 @@ class PolicyTrainer:
         self.model.eval()
         with torch.no_grad(), self.model.disable_adapter() if base else contextlib.nullcontext():
             return [
-                token_logprobs(self.model, b["input_ids"], b["attention_mask"], b["temperatures"])[0] for b in batches
+                token_logprobs(self._forward, b["input_ids"], b["attention_mask"], b["temperatures"])[0]
+                for b in batches
             ]
 
     def _optimizer_for(self, learning_rate: float, weight_decay: float) -> torch.optim.Optimizer:
@@ -390,46 +422,6 @@ def _check_groups(groups: list[TrajectoryGroup]) -> None:
                 f"groups[{g}] has no model turns to train on; record rollouts with the client's openai_client() "
                 "(or set Trajectory.turns) so the server can find the sampled tokens"
             )
-
-
-def _chunks(sequences: list[TrainSequence], size: int, tokens: int | None = None) -> list[list[TrainSequence]]:
-    """Micro-batches of similar length (sorted longest first, so padding stays small) of at most `size` sequences
-    and, when `tokens` is set, at most `tokens` padded tokens (the first, longest sequence sets the width)."""
-    ordered = sorted(sequences, key=lambda s: len(s.token_ids), reverse=True)
-    chunks: list[list[TrainSequence]] = []
-    for sequence in ordered:
-        last = chunks[-1] if chunks else []
-        if last and len(last) < size and (tokens is None or (len(last) + 1) * len(last[0].token_ids) <= tokens):
-            last.append(sequence)
-        else:
-            chunks.append([sequence])
-    return chunks
-
-
-def _collate(chunk: list[TrainSequence], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:
-    """Right-padded tensors; `mask` and `sampler_logprobs` are shifted to align with next-token logprobs."""
-    import torch
-
-    width = max(len(s.token_ids) for s in chunk)
-
-    def padded(values: list, fill: Any) -> list:
-        return values + [fill] * (width - len(values))
-
-    input_ids = torch.tensor([padded(s.token_ids, pad_id) for s in chunk], device=device)
-    attention = torch.tensor([padded([1] * len(s.token_ids), 0) for s in chunk], device=device)
-    mask = torch.tensor([padded(s.mask, False) for s in chunk], device=device)[:, 1:]
-    sampler = torch.tensor([padded(s.sampler_logprobs, math.nan) for s in chunk], dtype=torch.float32, device=device)
-    temperatures = torch.tensor([padded(s.temperatures, 1.0) for s in chunk], dtype=torch.float32, device=device)
-    advantages = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=device)
-    return {
-        "input_ids": input_ids,
-        "attention_mask": attention,
-        "mask": mask,
-        "sampler_logprobs": sampler[:, 1:],
-        "temperatures": temperatures[:, 1:],
-        "advantages": advantages,
-        "trajectory_tokens": torch.tensor([s.trajectory_tokens for s in chunk], dtype=torch.float32, device=device),
-    }
 
 
 def _activation_checkpointing(model: Any, *, on: bool) -> None:

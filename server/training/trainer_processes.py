@@ -1,0 +1,197 @@
+"""The trainer processes of one served model (`ModelConfig.trainer_processes`): started by the server at the
+first step, driven over a socket pair each, and stopped with the model.
+
+The server keeps its one HTTP face and its own copy of the LoRA (what checkpoints are written from and a failed
+step rolls back to). Each step it hands every process the served weights and optimizer state
+(trainer_worker.py) and takes rank 0's answer back into its policy. A process that dies, or a step that fails
+on some ranks and leaves the others waiting in a collective, stops the whole group with an error naming the
+rank; the step fails, the last checkpoint keeps serving, and the next step starts a new group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any, NoReturn
+
+from art_agents.server.training.policy_model import PolicyModel
+from art_agents.server.training.ranks import set_trainable_weights, trainable_weights
+from art_agents.server.training.sequences import TrainingInputError
+from art_agents.server.training.step_work import Progress, StepWork
+from art_agents.server.training.trainer_worker import StepRequest, WorkerSetup, receive, send
+from art_agents.train_config import ModelConfig
+
+log = logging.getLogger("art_agents.server")
+
+ERROR_GRACE_S = 30.0  # after one rank fails, how long the others get to answer before the group is stopped
+STOP_WAIT_S = 10.0
+
+
+class TrainerProcessFailed(RuntimeError):
+    """A trainer process died or failed mid-step; the group was stopped and restarts at the next step."""
+
+
+@dataclass
+class _Rank:
+    process: subprocess.Popen
+    conn: Connection
+
+
+class TrainerProcesses:
+    def __init__(self, base_model: str, config: ModelConfig, model_dir: Path) -> None:
+        self._setup = (base_model, config, model_dir)
+        self._ranks: list[_Rank] = []
+
+    @property
+    def pids(self) -> list[int]:
+        return [rank.process.pid for rank in self._ranks]
+
+    def train(
+        self, work: StepWork, weights: dict[str, Any], optimizer_state: dict | None, progress: Progress | None
+    ) -> tuple[dict[str, float], dict[str, Any], dict]:
+        """One step on every process; returns rank 0's metrics, new trainable weights and optimizer state."""
+        if not self._ranks:
+            self._start()
+        request = StepRequest(work, weights, optimizer_state)
+        for r, rank in enumerate(self._ranks):
+            try:
+                send(rank.conn, request)
+            except OSError:
+                self._fail(self._death(r))
+        _, metrics, new_weights, state = self._answers("done", progress)[0]
+        return metrics, new_weights, state
+
+    def stop(self, *, graceful: bool = True) -> None:
+        """Stop every process (asking first when `graceful`); the next step starts a new group."""
+        ranks, self._ranks = self._ranks, []
+        for rank in ranks:
+            if graceful and rank.process.poll() is None:
+                with contextlib.suppress(OSError):
+                    send(rank.conn, None)
+        deadline = time.monotonic() + (STOP_WAIT_S if graceful else 0.0)
+        for rank in ranks:
+            try:
+                rank.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                rank.process.kill()
+                rank.process.wait()
+            rank.conn.close()
+
+    def _start(self) -> None:
+        base_model, config, model_dir = self._setup
+        setup = WorkerSetup(base_model, config, str(model_dir), _free_port(), os.getpid())
+        for rank in range(config.trainer_processes):
+            ours, theirs = socket.socketpair()
+            command = [
+                sys.executable,
+                "-m",
+                "art_agents.server.training.trainer_worker",
+                str(theirs.fileno()),
+                str(rank),
+            ]
+            process = subprocess.Popen(command, pass_fds=[theirs.fileno()])
+            theirs.close()
+            conn = Connection(ours.detach())
+            send(conn, setup)
+            self._ranks.append(_Rank(process, conn))
+        log.info("started %d trainer processes (%s): pids %s", len(self._ranks), config.trainer_sharding, self.pids)
+        self._answers("ready", None)
+
+    def _answers(self, ok: str, progress: Progress | None) -> list[tuple]:
+        """Every rank's answer, each `ok` (progress from rank 0 passed on); a death or a failure stops the group
+        and raises."""
+        pending = {rank.conn: r for r, rank in enumerate(self._ranks)}
+        answers: dict[int, tuple] = {}
+        deadline: float | None = None
+        while pending:
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait(list(pending), timeout)
+            if not ready:
+                break  # the ranks that failed left the others waiting in a collective
+            for conn in ready:
+                r = pending[conn]  # type: ignore[index]
+                try:
+                    answer = receive(conn)  # type: ignore[arg-type]
+                except (EOFError, OSError):
+                    self._fail(self._death(r))
+                if answer[0] == "progress":
+                    if progress is not None:
+                        progress(*answer[1:])
+                    continue
+                answers[r] = answer
+                del pending[conn]  # type: ignore[arg-type]
+                if answer[0] != ok and deadline is None:
+                    deadline = time.monotonic() + ERROR_GRACE_S
+        return self._checked(answers, ok)
+
+    def _checked(self, answers: dict[int, tuple], ok: str) -> list[tuple]:
+        failed = {r: a for r, a in answers.items() if a[0] != ok}
+        if not failed and len(answers) == len(self._ranks):
+            return [answers[r] for r in range(len(self._ranks))]
+        if len(failed) == len(self._ranks) and all(a[0] == "input_error" for a in failed.values()):
+            raise TrainingInputError(failed[0][1])  # every rank refused the same input: the group is fine
+        r, answer = min(failed.items()) if failed else (-1, ("error", "no answer"))
+        if answer[0] == "input_error":
+            self.stop(graceful=False)
+            raise TrainingInputError(answer[1])
+        self._fail(f"trainer process rank {r} failed: {_last_line(answer[1])}; {_RESTART}")
+
+    def _fail(self, message: str) -> NoReturn:
+        """Stop the group (some of it may wait in a collective that never completes) and fail the step."""
+        self.stop(graceful=False)
+        raise TrainerProcessFailed(message)
+
+    def _death(self, r: int) -> str:
+        process = self._ranks[r].process
+        try:
+            code = process.wait(STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code < 0:
+            how = f"killed by {signal.Signals(-code).name}"
+            if code == -signal.SIGKILL:
+                how += ", often the out-of-memory killer"
+        else:
+            how = f"exit code {code}"
+        return f"trainer process rank {r} (pid {process.pid}) died ({how}; the server log has its output); {_RESTART}"
+
+
+class ProcessTrainer:
+    """The `StepTrainer` over a model's trainer processes: `run` leaves the new weights in the server's policy."""
+
+    def __init__(self, processes: TrainerProcesses, policy: PolicyModel, optimizer_state: dict | None) -> None:
+        self._processes = processes
+        self._policy = policy
+        self._state = optimizer_state or {}
+
+    def run(self, work: StepWork, progress: Progress | None) -> dict[str, float]:
+        weights = trainable_weights(self._policy.model)
+        metrics, new_weights, self._state = self._processes.train(work, weights, self._state or None, progress)
+        set_trainable_weights(self._policy.model, new_weights)
+        return metrics
+
+    def optimizer_state(self) -> dict:
+        return self._state
+
+
+_RESTART = "the step failed, the last checkpoint keeps serving, and the next step starts new trainer processes"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else text
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
