@@ -12,9 +12,9 @@ manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_
 datasets==5.2.0 pydantic==2.14.4 pydantic_core==2.50.5 annotated_types==0.8.0 typing_inspection==0.4.5
 typing_extensions==4.16.0 dill==0.4.1 multiprocess==0.70.19` (the versions of the project's own venv).
 
-The repository needs no install there: when `art_agents` is not installed, the script imports it from this
-checkout with the folder mapping of pyproject's `[tool.setuptools.package-dir]` (`art_agents.server` is
-`server/`, and so on), as setuptools does.
+The repository needs no install there: when `art_agents` is not installed, the script lays it out as an
+install would, in symlinks into this checkout by pyproject's `[tool.setuptools.package-dir]` (`art_agents.server`
+is `server/`, and so on), and puts that folder on the path of itself and of the trainer process it starts.
 
 What is measured, each side interleaved with the other(s) round by round after one warm-up round, each
 figure the median tokens/s with its min-max over the rounds:
@@ -31,7 +31,11 @@ figure the median tokens/s with its min-max over the rounds:
    `generate` calls of 128 tokens (temperature 1), vs raw `model.generate` on the same PEFT model with the
    same left-padded prompts (`min_new_tokens` = `max_new_tokens`). tokens/s = generated tokens / seconds
    (the engine's counted from its samples: with random weights an end-of-sequence token is rare but possible).
-3. vLLM (only where `import vllm` works): offline `vllm.LLM` on the same saved model, the same prompts
+3. Trainer processes: the same training step by `PolicyTrainer` in this process and by 1 trainer process
+   (`ModelConfig.trainer_processes=1`, DDP over nccl on cuda:0: torch.distributed's path with one rank),
+   which should match within 5%; the process's call includes handing it the LoRA and optimizer state and
+   taking them back (benchmarks/trainer_processes.py, whose CPU run compares 2 processes too).
+4. vLLM (only where `import vllm` works): offline `vllm.LLM` on the same saved model, the same prompts
    (ignore_eos), without and with a LoRA, and the latency of switching to a LoRA it has not loaded yet.
 
 `--budget-seconds` (default 420) stops before the next round that would not fit and prints what it has; a
@@ -51,8 +55,6 @@ import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 import gc  # noqa: E402
-import importlib.abc  # noqa: E402
-import importlib.machinery  # noqa: E402
 import importlib.util  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
@@ -73,19 +75,21 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
 
 
 # --------------------------------------------------------------------------------------------- imports
-class _PackageDirFinder(importlib.abc.MetaPathFinder):
-    """Finds `art_agents` and its subpackages in this checkout by pyproject's package-dir mapping."""
-
-    def __init__(self, mapping: dict[str, Path]) -> None:
-        self.mapping = mapping
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        folder = self.mapping.get(name)
-        if folder is None:
-            return None
-        return importlib.util.spec_from_file_location(
-            name, folder / "__init__.py", submodule_search_locations=[str(folder)]
-        )
+def linked_package(mapping: dict[str, Path], site: Path) -> Path:
+    """`art_agents` laid out as an install would be, in symlinks into this checkout: `site/art_agents/` links
+    art_agents/'s entries and each subpackage of another folder (`server` -> server/); returns `site`."""
+    root = mapping["art_agents"]
+    package = site / "art_agents"
+    package.mkdir(parents=True, exist_ok=True)
+    links = {entry.name: entry for entry in root.iterdir()}
+    for name, folder in mapping.items():
+        parts = name.split(".")
+        if len(parts) == 2 and folder != root / parts[1]:
+            links[parts[1]] = folder
+    for name, target in links.items():
+        if not (package / name).exists():
+            (package / name).symlink_to(target.resolve())
+    return site
 
 
 def ensure_art_agents() -> str:
@@ -102,10 +106,12 @@ def ensure_art_agents() -> str:
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     mapping = {name: ROOT / folder for name, folder in pyproject["tool"]["setuptools"]["package-dir"].items()}
-    sys.meta_path.insert(0, _PackageDirFinder(mapping))
+    site = str(linked_package(mapping, Path(tempfile.mkdtemp(prefix="art-site-"))))
+    sys.path.insert(0, site)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")]))  # its children
     for name in [n for n in sys.modules if n == "art_agents" or n.startswith("art_agents.")]:
-        del sys.modules[name]  # a half-found copy (repo root on the path) must not shadow the mapping
-    return f"this checkout, by pyproject's package-dir mapping ({ROOT})"
+        del sys.modules[name]  # a half-found copy (repo root on the path) must not shadow the linked one
+    return f"this checkout, linked by pyproject's package-dir mapping ({ROOT})"
 
 
 # --------------------------------------------------------------------------------------------- results
@@ -497,6 +503,32 @@ def free(device: str) -> None:
         torch.cuda.empty_cache()
 
 
+def processes_section(path: Path, tokenizer: Any, sizes: Sizes, device: str, work: Path, budget: Budget) -> None:
+    from trainer_processes import trainer_sides
+
+    from art_agents.train_config import TrainConfig
+
+    if not budget.allows(sizes.section_seconds * 2, "trainer processes"):
+        return
+    rows = make_rows(tokenizer, sizes)
+    config = TrainConfig(
+        learning_rate=1e-5, micro_batch_size=sizes.micro_batch, max_completion_tokens=sizes.completion_tokens
+    )
+    alone = REPORT.row("processes", "ours in this process")
+    one = REPORT.row("processes", "ours in 1 trainer process", note="its memory is its process's: not tracked")
+    log("trainer processes: loading the model and starting the process")
+    sides, stop = trainer_sides(path, rows, config, device, work / "processes", ["in-process", "1"])
+    try:
+        interleaved([(alone, sides["in-process"]), (one, sides["1"])], sizes.rounds, budget, "processes", device)
+    finally:
+        stop()
+    one.peak_gib = 0.0  # what this process held meanwhile, not the trainer process's peak
+    n = min(len(alone.values), len(one.values))
+    if n:
+        med, low, high = _stats([a / b for a, b in zip(one.values[:n], alone.values[:n], strict=True)])
+        REPORT.notes.append(f"1 trainer process / this process tokens/s = {med:.2f}x ({low:.2f}-{high:.2f})")
+
+
 # --------------------------------------------------------------------------------------------- serving
 def serve_prompts(tokenizer: Any, sizes: Sizes, seed: int = 1) -> list[list[int]]:
     """Random prompts of 50-100% of `serve_prompt_tokens`, so the batch is left-padded as in real use."""
@@ -670,7 +702,9 @@ def main() -> None:
     parser.add_argument("--dry-run", "--tiny", action="store_true", help="every row on CPU with a tiny model")
     parser.add_argument("--budget-seconds", type=float, default=420.0, help="stop cleanly before this (imports count)")
     parser.add_argument("--rounds", type=int, default=None, help="measured rounds per side (5; 2 with --dry-run)")
-    parser.add_argument("--sections", default="train,serve,vllm", help="comma-separated: train, serve, vllm")
+    parser.add_argument(
+        "--sections", default="train,processes,serve,vllm", help="comma-separated: train, processes, serve, vllm"
+    )
     parser.add_argument("--device", default="auto", help="auto: cuda when available (cpu with --dry-run)")
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM without CUDA graphs (faster start-up)")
     options = parser.parse_args()
@@ -723,6 +757,7 @@ def main() -> None:
             )
             parts: list[tuple[str, Callable[[], None]]] = [
                 ("train", lambda: train_section(path, tokenizer, sizes, device, dtype, work, budget)),
+                ("processes", lambda: processes_section(path, tokenizer, sizes, device, work, budget)),
                 ("serve", lambda: serve_section(path, sizes, device, dtype_name, budget)),
                 ("vllm", lambda: vllm_section(path, tokenizer, sizes, device, budget, options.vllm_eager)),
             ]

@@ -21,6 +21,23 @@ def device_of(config: ModelConfig) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def trainer_devices(config: ModelConfig) -> list[str]:
+    """One device per trainer process: as configured, else the first CUDA devices, else the CPU."""
+    if config.trainer_devices:
+        return list(config.trainer_devices)
+    import torch
+
+    if torch.cuda.is_available():
+        return [f"cuda:{i}" for i in range(config.trainer_processes)]
+    return ["cpu"] * config.trainer_processes
+
+
+def training_gpus(config: ModelConfig) -> set[int]:
+    """The CUDA devices (by index) training uses: its processes' devices, else the server's own."""
+    devices = trainer_devices(config) if config.trainer_processes else [device_of(config)]
+    return {int(d.partition(":")[2] or 0) for d in devices if d.startswith("cuda")}
+
+
 def _dtype(config: ModelConfig, device: str) -> Any:
     import torch
 

@@ -6,6 +6,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 
@@ -19,6 +20,8 @@ ROWS = [
     "TRL GRPOTrainer (gc off)",
     "ours PolicyTrainer (gc on)",
     "TRL GRPOTrainer (gc on)",
+    "ours in this process",
+    "ours in 1 trainer process",
     "ours TransformersEngine (4 concurrent generate)",
     "raw HF model.generate (batch 4)",
 ]
@@ -28,14 +31,29 @@ def load_script() -> ModuleType:
     return load_benchmark("gpu")
 
 
-def test_package_dir_finder_maps_the_checkout() -> None:
-    """Where art_agents is not installed (the GPU machine), the script finds it by pyproject's package-dir."""
+def test_the_checkout_is_linked_as_an_install_for_the_script_and_its_processes(tmp_path: Path) -> None:
+    """Where art_agents is not installed (the GPU machine), the script and the trainer processes it starts import
+    it from links laid out by pyproject's package-dir."""
     gpu = load_script()
-    finder = gpu._PackageDirFinder({"art_agents": ROOT / "art_agents", "art_agents.server": ROOT / "server"})
-    spec = finder.find_spec("art_agents.server")
-    assert spec is not None and spec.origin == str(ROOT / "server" / "__init__.py")
-    assert spec.submodule_search_locations == [str(ROOT / "server")]
-    assert finder.find_spec("art_agents.elsewhere") is None
+    mapping = {
+        "art_agents": ROOT / "art_agents",
+        "art_agents.art": ROOT / "art_agents" / "art",
+        "art_agents.server": ROOT / "server",
+        "art_agents.server.training": ROOT / "server" / "training",
+    }
+    site = gpu.linked_package(mapping, tmp_path / "site")
+    assert sorted(p.name for p in (site / "art_agents").iterdir() if p.name != "__pycache__") == sorted(
+        {p.name for p in (ROOT / "art_agents").iterdir() if p.name != "__pycache__"} | {"server"}
+    )
+    code = "import art_agents.server.training.trainer_worker as w; print(w.__file__)"
+    libraries = sysconfig.get_paths()["purelib"]  # -S: no editable install; -P: no cwd
+    done = subprocess.run(
+        [sys.executable, "-S", "-P", "-c", code],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(site), libraries])},
+        capture_output=True,
+        text=True,
+    )
+    assert done.stdout.strip() == str(site / "art_agents" / "server" / "training" / "trainer_worker.py"), done.stderr
 
 
 @pytest.mark.slow

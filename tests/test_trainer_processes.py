@@ -23,7 +23,7 @@ from test_training_trainer import groups_for
 from art_agents import TrainableModel, Trajectory, TrajectoryGroup, rollout
 from art_agents.errors import ArtError
 from art_agents.remote import RemoteBackend
-from art_agents.server.lora_model import load_peft_model
+from art_agents.server.lora_model import load_peft_model, training_gpus
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.policy_model import PolicyModel
 from art_agents.server.training.ranks import trainable_weights
@@ -166,3 +166,12 @@ def trainer_workers() -> list[psutil.Process]:
         for child in psutil.Process().children(recursive=True)
         if child.is_running() and "art_agents.server.training.trainer_worker" in " ".join(child.cmdline())
     ]
+
+
+def test_where_training_runs_decides_whether_vllm_sleeps_during_a_step() -> None:
+    assert training_gpus(ModelConfig(device="cuda")) == {0}  # the server's own trainer beside vLLM on GPU 0
+    assert training_gpus(ModelConfig(device="cpu")) == set()
+    apart = ModelConfig(device="cuda", trainer_processes=2, trainer_devices=["cuda:2", "cuda:3"])
+    assert training_gpus(apart) == {2, 3}  # vLLM with tensor_parallel_size 2 keeps GPUs 0-1 awake
+    with pytest.raises(ValueError, match="trainer_devices names 1 devices for trainer_processes=2"):
+        ModelConfig(trainer_processes=2, trainer_devices=["cuda:1"])

@@ -39,7 +39,7 @@ from art_agents.server.engines.protocol import EngineBusy, OlderStep, Sample, Sa
 from art_agents.server.engines.requests import truncate_at_stop
 from art_agents.server.engines.vllm_process import VLLMLaunch, VLLMProcess, VLLMUnavailable, vllm_python
 from art_agents.server.errors import ServiceError
-from art_agents.server.lora_model import device_of, load_generation_config, load_tokenizer, stop_token_ids
+from art_agents.server.lora_model import load_generation_config, load_tokenizer, stop_token_ids, training_gpus
 from art_agents.server.storage.checkpoints import checkpoint_path
 from art_agents.train_config import ModelConfig
 
@@ -108,8 +108,9 @@ class VLLMEngine:
         """Start vLLM first (it checks that its share of GPU memory is free), then load the tokenizer."""
         if config.gguf_file:
             raise ServiceError(400, "gguf_file is served by the transformers engine only; use engine='transformers'")
-        trains_on_gpu = device_of(config).startswith("cuda")  # where the policy model trains (lora_model.py)
-        sleep = trains_on_gpu if config.vllm_sleep_mode is None else config.vllm_sleep_mode
+        vllm_gpus = set(range(config.tensor_parallel_size * config.data_parallel_size))  # the first visible ones
+        shares_gpu = bool(training_gpus(config) & vllm_gpus)
+        sleep = shares_gpu if config.vllm_sleep_mode is None else config.vllm_sleep_mode
         launch = VLLMLaunch(
             python=vllm_python(),
             base_model=base_model,

@@ -34,6 +34,7 @@ log = logging.getLogger("art_agents.server")
 
 ERROR_GRACE_S = 30.0  # after one rank fails, how long the others get to answer before the group is stopped
 STOP_WAIT_S = 10.0
+_WORKER = "art_agents.server.training.trainer_worker"
 
 
 class TrainerProcessFailed(RuntimeError):
@@ -91,13 +92,8 @@ class TrainerProcesses:
         setup = WorkerSetup(base_model, config, str(model_dir), _free_port(), os.getpid())
         for rank in range(config.trainer_processes):
             ours, theirs = socket.socketpair()
-            command = [
-                sys.executable,
-                "-m",
-                "art_agents.server.training.trainer_worker",
-                str(theirs.fileno()),
-                str(rank),
-            ]
+            # -P: the working folder stays off the path (a checkout's art_agents/ would shadow the installed package)
+            command = [sys.executable, "-P", "-m", _WORKER, str(theirs.fileno()), str(rank)]
             process = subprocess.Popen(command, pass_fds=[theirs.fileno()])
             theirs.close()
             conn = Connection(ours.detach())

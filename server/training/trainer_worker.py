@@ -52,17 +52,6 @@ def receive(conn: Connection) -> Any:
     return pickle.loads(conn.recv_bytes())
 
 
-def trainer_devices(config: ModelConfig) -> list[str]:
-    """One device per trainer process: as configured, else the first CUDA devices, else the CPU."""
-    if config.trainer_devices:
-        return list(config.trainer_devices)
-    import torch
-
-    if torch.cuda.is_available():
-        return [f"cuda:{i}" for i in range(config.trainer_processes)]
-    return ["cpu"] * config.trainer_processes
-
-
 def main(fd: int, rank: int) -> None:
     conn = Connection(fd)
     setup: WorkerSetup = receive(conn)
@@ -84,7 +73,7 @@ def _join(setup: WorkerSetup, rank: int) -> Any:
     import torch
     import torch.distributed as dist
 
-    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.lora_model import load_peft_model, trainer_devices
     from art_agents.server.storage.token_store import TokenStore
     from art_agents.server.training.ranks import Ranks, sharded_optimizer_state
     from art_agents.server.training.trainer import PolicyTrainer
@@ -101,7 +90,9 @@ def _join(setup: WorkerSetup, rank: int) -> Any:
         "nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{setup.master_port}", rank=rank, world_size=world
     )
     model, tokenizer = load_peft_model(setup.base_model, config.model_copy(update={"device": device}))
-    ranks = Ranks(rank, world, config.trainer_sharding, _distribute(model, config.trainer_sharding, device), device)
+    sharding = config.trainer_sharding if world > 1 else None  # one rank has nothing to synchronise
+    module = _distribute(model, sharding, device) if sharding else None
+    ranks = Ranks(rank, world, sharding, module, device)
     store = TokenStore(Path(setup.model_dir) / "tokens" / "store.sqlite")
     params = [p for p in model.parameters() if p.requires_grad]
 
