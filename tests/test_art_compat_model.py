@@ -160,6 +160,9 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
     shared = {"engine_args": engine, "trainer_gpu_ids": [0], "inference_gpu_ids": [0]}
     served = art.TrainableModel(**base, _internal_config=shared).server_config
     assert (served.tensor_parallel_size, served.prefix_cache_mb) == (2, 0.0)
+    dedicated = {"trainer_gpu_ids": [2, 3], "inference_gpu_ids": [0, 1], "engine_args": {"tensor_parallel_size": 2}}
+    served = art.TrainableModel(**base, _internal_config=dedicated).server_config
+    assert (served.trainer_processes, served.trainer_devices) == (2, ["cuda:2", "cuda:3"])
     assert art.TrainableModel(**base, lora_config={"rank": 2}).config.lora_rank == 2  # type: ignore[union-attr]
     assert art.TrainableModel(**base, report_metrics=["wandb"]).report_to == ["wandb"]
     for bad, named in [
@@ -167,7 +170,8 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
         ({"lora_config": {"use_rslora": True}}, "lora_config.use_rslora"),
         ({"_internal_config": {"init_args": {"load_in_4bit": True}}}, "load_in_4bit"),
         ({"_internal_config": {"engine_args": {"quantization": "fp8"}}}, "engine_args.quantization='fp8'"),
-        ({"_internal_config": {"trainer_gpu_ids": [0], "inference_gpu_ids": [1]}}, "apart from inference_gpu_ids"),
+        ({"_internal_config": {"trainer_gpu_ids": [0], "inference_gpu_ids": [1]}}, r"first .* = 1 GPUs, \[0\]"),
+        ({"_internal_config": {"trainer_gpu_ids": [0, 1], "inference_gpu_ids": [0]}}, "sharing GPUs \[0\]"),
         ({"_internal_config": {"trainer_gpu_ids": [1]}}, "one without the other"),
         ({"trainable": False}, "trainable must be True"),
     ]:

@@ -53,7 +53,8 @@ _ENGINE_FIELDS = {
     "enable_sleep_mode": "vllm_sleep_mode",
 }
 _ENGINE_IGNORED = {"enforce_eager", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "disable_log_stats"}
-# GPU placement: ART's shared mode (the same GPUs for both, or none given) is what this server does.
+# GPU placement: ART's shared mode (the same GPUs for both, or none given) is the server's default; its dedicated
+# mode (training on GPUs of its own) maps to trainer processes on those GPUs.
 _PLACEMENT = ("trainer_gpu_ids", "inference_gpu_ids")
 
 # ART's training options (its `_config` dict, `art.dev.TrainConfig`, and the keywords of its `backend.train`) that
@@ -127,11 +128,7 @@ def model_config_updates(
 
     lora("lora_config", lora_config or {})
     internal = dict(internal_config or {})
-    placement = [internal.pop(key, None) for key in _PLACEMENT]
-    if placement[0] != placement[1] and all(placement):
-        refused.append(f"_internal_config.trainer_gpu_ids={placement[0]!r} apart from inference_gpu_ids")
-    elif any(placement) and not all(placement):
-        refused.append("_internal_config: trainer_gpu_ids and inference_gpu_ids, one without the other")
+    trainer_gpus, inference_gpus = (internal.pop(key, None) for key in _PLACEMENT)
     for section, values in internal.items():
         if section == "engine_args" and isinstance(values, Mapping):
             refused += _engine_updates(values, updates)
@@ -147,15 +144,38 @@ def model_config_updates(
                     refused.append(f"_internal_config.init_args.{key}={value!r}")
         elif values not in (None, {}, []):
             refused.append(f"_internal_config.{section}")
+    refused += _placement_updates(trainer_gpus, inference_gpus, updates)
     if refused:
         raise ValueError(
             f"not supported by art-agents: {', '.join(refused)}. LoRA settings map to ModelConfig (rank, alpha, "
             "dropout, target_modules, random_state), engine_args to its vLLM fields (gpu_memory_utilization, "
-            "tensor_parallel_size, data_parallel_size, enable_sleep_mode, enable_prefix_caching); the trainer and "
-            "vLLM share their GPUs (separate trainer GPUs are not built yet); use "
+            "tensor_parallel_size, data_parallel_size, enable_sleep_mode, enable_prefix_caching), separate "
+            "trainer_gpu_ids to trainer processes on them; use "
             "`config=art_agents.ModelConfig(...)` for the rest (engine, dtype, device, batch size)"
         )
     return updates
+
+
+def _placement_updates(trainer: list[int] | None, inference: list[int] | None, updates: dict[str, Any]) -> list[str]:
+    """ART's dedicated mode as trainer processes, one per trainer GPU; what cannot be honoured.
+
+    vLLM runs on the first tensor_parallel_size x data_parallel_size GPUs, so inference_gpu_ids must be those.
+    """
+    if (not trainer and not inference) or trainer == inference:
+        return []
+    if not trainer or not inference:
+        return ["_internal_config: trainer_gpu_ids and inference_gpu_ids, one without the other"]
+    serving = updates.get("tensor_parallel_size", 1) * updates.get("data_parallel_size", 1)
+    if sorted(inference) != list(range(serving)):
+        return [
+            f"_internal_config.inference_gpu_ids={inference!r}: vLLM serves on the first tensor_parallel_size x "
+            f"data_parallel_size = {serving} GPUs, {list(range(serving))}"
+        ]
+    if shared := sorted(set(trainer) & set(inference)):
+        return [f"_internal_config.trainer_gpu_ids={trainer!r} sharing GPUs {shared} with inference_gpu_ids"]
+    updates["trainer_processes"] = len(trainer)
+    updates["trainer_devices"] = [f"cuda:{gpu}" for gpu in trainer]
+    return []
 
 
 def _engine_updates(values: Mapping[str, Any], updates: dict[str, Any]) -> list[str]:
