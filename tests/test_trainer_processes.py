@@ -71,9 +71,17 @@ def test_two_processes_train_as_one(
     groups = groups_for(model, tokenizer, store)  # 10 sequences: 5 micro-batches of 2, 3 and 2 per rank
     rl = StepWork("rl", TrainConfig(micro_batch_size=2, max_grad_norm=1e6), Policy("m", 0), groups)
     sft = StepWork("sft", TrainSFTConfig(micro_batch_size=3, max_grad_norm=1e6), Policy("m", 0), groups[:1])
+    every_pass = TrainConfig(  # old logprobs, reference logprobs (adapter off), checkpointed activations
+        micro_batch_size=4, max_grad_norm=1e6, num_iterations=2, beta=0.1, gradient_checkpointing=True
+    )
+    rl_more = StepWork("rl", every_pass, Policy("m", 0), groups)
     processes = TrainerProcesses(str(tiny_model_path), config, tmp_path)
     try:
-        for work, metrics in ((rl, ("loss", "grad_norm", "entropy", "tokens_trained")), (sft, ("loss", "grad_norm"))):
+        for work, metrics in (
+            (rl, ("loss", "grad_norm", "entropy", "tokens_trained")),
+            (sft, ("loss", "grad_norm")),
+            (rl_more, ("loss", "grad_norm", "kl", "clip_fraction")),
+        ):
             alone = PolicyTrainer(copy.deepcopy(model), tokenizer, store)
             m1 = alone.run(work, None)
             policy = PolicyModel(copy.deepcopy(model), tokenizer)
