@@ -42,12 +42,13 @@ class TrainConfig(Schema):
             "learning figures in the README were measured with it."
         ),
     )
-    importance_sampling_level: Literal["token", "sequence"] = Field(
+    importance_sampling_level: Literal["token", "sequence", "average", "geometric_average"] = Field(
         "token",
         description=(
             "`token`: each token's own importance ratio. `sequence` (GSPO, TRL's and ART's name): one ratio per "
             "trained sequence, exp of the mean log-ratio of its trained tokens, for every token of it; with "
-            "GSPO's small clip ranges (epsilon 3e-4, epsilon_high 4e-4)."
+            "GSPO's small clip ranges (epsilon 3e-4, epsilon_high 4e-4). `average` and `geometric_average` "
+            "(ART's): the arithmetic or geometric mean of a token's own ratio and its sequence's."
         ),
     )
     epsilon: float = Field(0.2, ge=0, description="Lower clip range of the importance ratio: 1 - epsilon.")

@@ -185,11 +185,18 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
     )
     assert (config.learning_rate, config.beta, config.loss) == (1e-4, 0.1, "dr_grpo")
     assert art_train_config(None, {"precalculate_logprobs": True}, learning_rate=1e-5).learning_rate == 1e-5
-    with pytest.raises(art.ArtError, match=r"ppo=True, advantage_balance=0\.5"):
+    ppo = art_train_config(None, {"ppo": True, "epsilon": 0.1})
+    assert (ppo.loss, ppo.epsilon, ppo.clip_high) == ("dapo", 0.1, 0.1)
+    cispo = art_train_config(None, {"ppo": False, "epsilon_high": 2.0, "importance_sampling_level": "average"})
+    assert (cispo.loss, cispo.clip_high, cispo.importance_sampling_level) == ("cispo", 3.0, "average")
+    with pytest.raises(art.ArtError, match=r"advantage_balance=0\.5"):
         art_train_config(None, {"ppo": True, "advantage_balance": 0.5})
+    for bad, named in [({"ppo": False, "epsilon": 0.2}, r"epsilon=0\.2 with ppo=False"), ({"ppo": "yes"}, "ppo='yes'")]:
+        with pytest.raises(art.ArtError, match=named):
+            art_train_config(None, bad)
     assert art_train_config(None, {"importance_sampling_level": "sequence"}).importance_sampling_level == "sequence"
-    with pytest.raises(art.ArtError, match=r"importance_sampling_level='average'"):
-        art_train_config(None, {"importance_sampling_level": "average"})
+    with pytest.raises(art.ArtError, match=r"importance_sampling_level='harmonic'"):
+        art_train_config(None, {"importance_sampling_level": "harmonic"})
 
 
 async def test_an_internal_config_set_after_construction_takes_effect_at_register(

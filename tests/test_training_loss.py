@@ -123,3 +123,37 @@ def test_beta_without_reference_is_an_error() -> None:
             TrainConfig(beta=0.1),
             BatchTotals(3, 10),
         )
+
+
+@pytest.mark.parametrize("level", ["token", "sequence", "average", "geometric_average"])
+@pytest.mark.parametrize("ppo", [True, False], ids=["ppo", "cispo"])
+def test_arts_loss_options_train_as_arts_formulas(level: str, ppo: bool) -> None:
+    """ART's `ppo` switch and importance-sampling levels, mapped by `art_train_config`, give the loss and gradient of
+    ART's formulas written out here: the ratio mixes each token's own ratio r with its sequence's s (the exp of the
+    mean log-ratio of its trained tokens); `ppo` takes the clipped surrogate with clip range 0.2, otherwise the
+    REINFORCE term weighted by the ratio clipped to 1 - 1.0 .. 1 + 4.0 without gradient; mean over trained tokens."""
+    from art_agents.art.arguments import art_train_config
+
+    config = art_train_config(None, {"ppo": ppo, "importance_sampling_level": level})
+    batch = _batch()
+    mask = torch.tensor(MASK, dtype=torch.bool)
+    advantages = torch.tensor(ADVANTAGES, dtype=torch.float64)
+    totals = BatchTotals(trajectories=len(MASK), tokens=int(mask.sum()))
+    ours_logps = batch["logps"].clone().requires_grad_(True)
+    ours, _ = policy_loss(ours_logps, batch["old"], advantages, mask, config, totals)
+    ours.backward()
+
+    logps = batch["logps"].clone().requires_grad_(True)
+    m = mask.to(torch.float64)
+    log_r = logps - batch["old"]
+    r, s = torch.exp(log_r), torch.exp((log_r * m).sum(1, keepdim=True) / m.sum(1, keepdim=True))
+    ratio = {"token": r, "sequence": s.expand_as(r), "average": (r + s) / 2, "geometric_average": r**0.5 * s**0.5}
+    a = advantages.unsqueeze(1)
+    if ppo:
+        per_token = -torch.min(ratio[level] * a, torch.clip(ratio[level], 0.8, 1.2) * a)
+    else:
+        per_token = -torch.clip(ratio[level].detach(), 0.0, 5.0) * a * logps
+    arts = (per_token * m).sum() / m.sum()
+    arts.backward()
+    assert float(ours.detach()) == pytest.approx(float(arts.detach()), abs=1e-9)
+    torch.testing.assert_close(ours_logps.grad, logps.grad, atol=1e-9, rtol=0)

@@ -192,27 +192,51 @@ def _engine_updates(values: Mapping[str, Any], updates: dict[str, Any]) -> list[
     return refused
 
 
+def _art_loss(ppo: Any, given: dict[str, Any], updates: dict[str, Any]) -> list[str]:
+    """ART's loss switch, as this trainer's loss (ART averages either over the step's trained tokens).
+
+    `ppo=True`: the clipped surrogate, clip range 1 - epsilon .. 1 + epsilon_high (ART's default epsilon 0.2, as
+    ours): loss="dapo". `ppo=False`: ART's CISPO, whose importance weight is clipped to 1 - epsilon .. 1 +
+    epsilon_high (ART's defaults 1.0 and 4.0): loss="cispo", whose cap is epsilon_high itself, so ART's
+    epsilon_high + 1; a lower clip above 0 (epsilon < 1) is refused, as this CISPO (TRL's) has none.
+    """
+    if ppo is True:
+        updates["loss"] = "dapo"
+        return []
+    if ppo is not False:
+        return [f"ppo={ppo!r} (True or False)"]
+    updates["loss"] = "cispo"
+    updates["epsilon_high"] = 1.0 + given.pop("epsilon_high", 4.0)
+    if (epsilon := given.pop("epsilon", 1.0)) < 1.0:
+        return [f"epsilon={epsilon!r} with ppo=False (a lower clip of CISPO's weight)"]
+    return []
+
+
 def art_train_config(
     config: TrainConfig | None, dev_config: Mapping[str, Any] | None = None, **options: Any
 ) -> TrainConfig:
     """`config` with ART's training options applied (`_config`, or `backend.train` keywords; these win).
 
     Mapped: learning_rate, beta / kl_penalty_coef (KL penalty), epsilon, epsilon_high, scale_rewards,
-    truncated_importance_sampling (tis_cap), importance_sampling_level token or sequence (GSPO), and
-    normalize_by_length=False (loss="dr_grpo"). Speed and
-    debugging knobs of ART's trainer are accepted and ignored; anything else raises ArtError naming it.
+    truncated_importance_sampling (tis_cap), importance_sampling_level, normalize_by_length=False
+    (loss="dr_grpo") and ppo (see `_art_loss`). Speed and debugging knobs of ART's trainer are accepted and
+    ignored; anything else raises ArtError naming it.
     """
     given = {**(dev_config or {}), **options}
     updates: dict[str, Any] = {}
     refused: list[str] = []
+    if "ppo" in given:
+        refused += _art_loss(given.pop("ppo"), given, updates)
     for key, value in given.items():
         neutral = ART_TRAIN_NEUTRAL.get(key)
         if key in ART_TRAIN_FIELDS:
             updates[ART_TRAIN_FIELDS[key]] = value
-        elif key == "importance_sampling_level" and value in ("token", "sequence"):  # "average" etc. are refused
+        elif key == "importance_sampling_level" and value in ("token", "sequence", "average", "geometric_average"):
             updates["importance_sampling_level"] = value
         elif key == "normalize_by_length" and isinstance(value, bool):
-            if not value:
+            if not value and "loss" in updates:
+                refused.append("normalize_by_length=False with ppo (ART averages its losses over tokens)")
+            elif not value:
                 updates["loss"] = "dr_grpo"
             elif (config or TrainConfig()).loss == "dr_grpo":
                 refused.append("normalize_by_length=True with loss='dr_grpo'")
@@ -223,7 +247,7 @@ def art_train_config(
     if refused:
         raise ArtError(
             f"training options not supported by art-agents: {', '.join(refused)}. Supported: "
-            f"{', '.join(sorted(ART_TRAIN_FIELDS))}, importance_sampling_level (token, sequence), normalize_by_length; "
+            f"{', '.join(sorted(ART_TRAIN_FIELDS))}, importance_sampling_level, normalize_by_length, ppo; "
             "the rest of TrainConfig (loss, num_iterations, max_staleness, ...) is set with art_agents.TrainConfig(...)"
         )
     base = config or TrainConfig()

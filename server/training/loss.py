@@ -3,7 +3,8 @@
 Per token t of sequence i (mask m, advantage A_i shared by every sequence of its trajectory):
     logp = log_softmax(logits / temperature)[token]  the policy that sampled (temperature per token)
     r = exp(logp - logp_old)                         importance ratio (`token` level), or for every token of
-        exp(sum_t m*(logp - logp_old) / sum_t m)     sequence i at the `sequence` level (GSPO)
+        s = exp(sum_t m*(logp - logp_old) / sum_t m) sequence i at the `sequence` level (GSPO); (r + s) / 2 at
+                                                     `average`, sqrt(r * s) at `geometric_average` (ART's)
     l = -min(r * A_i, clip(r, 1 - epsilon, 1 + clip_high) * A_i) * w + beta * kl * r
     cispo: l = -sg(min(r, epsilon_high)) * A_i * logp * w + beta * kl * r    (sg: no gradient through it)
     kl = exp(logp_ref - logp) - (logp_ref - logp) - 1   (k3 estimator; logp_ref from the base model)
@@ -62,10 +63,7 @@ def policy_loss(
     mask = mask.to(logps.dtype)
     lengths = mask.sum(1) if trajectory_tokens is None else trajectory_tokens.to(logps.dtype)
     adv = advantages.to(logps.dtype).unsqueeze(1)
-    log_ratio = logps - old_logps
-    if config.importance_sampling_level == "sequence":
-        log_ratio = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1.0)
-    ratio = torch.exp(log_ratio)
+    ratio = _importance_ratio(logps - old_logps, mask, config.importance_sampling_level)
     if config.loss == "cispo":
         per_token = -torch.clamp(ratio, max=config.clip_high).detach() * adv * logps
     else:
@@ -101,3 +99,18 @@ def policy_loss(
         if kl is not None:
             sums["kl_sum"] = float((kl * mask).sum())
     return loss, sums
+
+
+def _importance_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, level: str) -> torch.Tensor:
+    import torch
+
+    if level == "token":
+        return torch.exp(log_ratio)
+    sequence = (log_ratio * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1.0)
+    if level == "sequence":
+        return torch.exp(sequence)
+    if level == "average":
+        return (torch.exp(log_ratio) + torch.exp(sequence)) / 2
+    if level == "geometric_average":
+        return torch.exp((log_ratio + sequence) / 2)
+    raise ValueError(f"unknown importance_sampling_level {level!r}; use token, sequence, average or geometric_average")
