@@ -18,6 +18,7 @@ CHAT_MODEL = "art_agents.integrations.langgraph:chat_model"
 REPORTERS = {
     "wandb": "art_agents.integrations.wandb_metrics:WandbReporter",
     "langfuse": "art_agents.integrations.langfuse_traces:LangfuseReporter",
+    "openpipe": "art_agents.integrations.openpipe_reporting:OpenPipeReporter",  # httpx only: no extra
 }
 # The `register(app)` of each part that adds `art-agents` subcommands, with the hint shown when it cannot load.
 CLI_PARTS = {

@@ -19,6 +19,8 @@ from art_agents.wire import (
     API_PREFIX,
     CheckpointInfo,
     DeleteCheckpointsRequest,
+    ForkRequest,
+    ForkResult,
     LogRequest,
     LogResult,
     ModelInfo,
@@ -193,6 +195,40 @@ class RemoteBackend:
     async def list_checkpoints(self, model: RegisteredModel) -> list[CheckpointInfo]:
         rows = await self._request("GET", f"/models/{model.name}/checkpoints")
         return [CheckpointInfo.model_validate(row) for row in rows]
+
+    async def fork_checkpoint(
+        self,
+        model: RegisteredModel,
+        from_model: str,
+        from_project: str | None = None,
+        not_after_step: int | None = None,
+    ) -> ForkResult:
+        """Start `model` (registered, not trained past the copied step) from another model's checkpoint: its
+        latest, or its latest at or before `not_after_step`. Both need the same base model and LoRA settings."""
+        body = ForkRequest(from_model=from_model, from_project=from_project, not_after_step=not_after_step)
+        return ForkResult.model_validate(
+            await self._request("POST", f"/models/{model.name}/fork", json=body.model_dump(mode="json"))
+        )
+
+    async def _experimental_fork_checkpoint(
+        self,
+        model: RegisteredModel,
+        from_model: str,
+        from_project: str | None = None,
+        from_s3_bucket: str | None = None,
+        not_after_step: int | None = None,
+        verbose: bool = False,
+        prefix: str | None = None,
+    ) -> None:
+        """ART's name for `fork_checkpoint`; its S3 source is refused (copy the model folder here first)."""
+        if from_s3_bucket is not None or prefix is not None:
+            raise ArtError(
+                "forking from S3 (from_s3_bucket, prefix) is not supported by art-agents: copy the source model's "
+                "folder (<art_path>/<project>/models/<name>/) next to this one, then fork without them"
+            )
+        result = await self.fork_checkpoint(model, from_model, from_project, not_after_step)
+        if verbose:
+            print(f"{model.name} forked from {result.forked_from}")
 
     async def delete_checkpoints(
         self, model: RegisteredModel, steps: list[int] | None = None, *, best_checkpoint_metric: str | None = None

@@ -1,8 +1,9 @@
-"""Where a model's rollouts and steps go besides the server's `history.jsonl`: W&B, Langfuse.
+"""Where a model's rollouts and steps go besides the server's `history.jsonl`: W&B, Langfuse, OpenPipe.
 
 A `TrainableModel` names its reporters in `report_to` (or the `ART_AGENTS_REPORT_TO` variable, comma
-separated; `none` turns all off). Langfuse is also on by itself when its own variables
-(`LANGFUSE_PUBLIC_KEY` and `LANGFUSE_SECRET_KEY`) are set, since that is how its users configure it.
+separated; `none` turns all off). Langfuse and OpenPipe are also on by themselves when their own
+variables are set (`LANGFUSE_PUBLIC_KEY` and `LANGFUSE_SECRET_KEY`; `OPENPIPE_API_KEY`), since that
+is how their users configure them.
 Every train and log call hands each reporter one `StepRecord` after the server answered: the groups
 then carry their final rewards and judge scores. A reporter never breaks training: its failure is
 a warning, and the step stands.
@@ -25,6 +26,9 @@ if TYPE_CHECKING:
 
 REPORT_TO_ENV = "ART_AGENTS_REPORT_TO"
 LANGFUSE_KEYS = ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY")
+OPENPIPE_KEYS = ("OPENPIPE_API_KEY",)
+# Reporters on by themselves, unless `report_to` is given, when all of their own variables are set.
+CONFIGURED_BY = {"langfuse": LANGFUSE_KEYS, "openpipe": OPENPIPE_KEYS}
 
 
 @dataclass(frozen=True)
@@ -63,11 +67,14 @@ class Reporter(Protocol):
 
 
 def reporter_names(report_to: Sequence[str] | None) -> list[str]:
-    """The reporters to build: `report_to` if given, else the environment's, plus Langfuse when configured."""
+    """The reporters to build: `report_to` if given, else the environment's, plus those configured by their variables."""
     if report_to is None:
         report_to = [n.strip() for n in os.environ.get(REPORT_TO_ENV, "").split(",") if n.strip()]
-        if all(os.environ.get(key) for key in LANGFUSE_KEYS) and "langfuse" not in report_to:
-            report_to = [*report_to, "langfuse"]
+        report_to += [
+            name
+            for name, keys in CONFIGURED_BY.items()
+            if name not in report_to and all(os.environ.get(key) for key in keys)
+        ]
     names = [name.lower() for name in report_to]
     if "none" in names:
         return []

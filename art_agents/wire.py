@@ -74,6 +74,21 @@ class DeleteCheckpointsRequest(Schema):
     )
 
 
+class ForkRequest(Schema):
+    """Start a model from another model's checkpoint (ART's `_experimental_fork_checkpoint`)."""
+
+    from_model: str = Field(description="The model whose checkpoint is copied (same base model and LoRA shape).")
+    from_project: str | None = Field(None, description="Its project; None: the forked model's own.")
+    not_after_step: int | None = Field(
+        None, ge=0, description="Copy its latest checkpoint at or before this step; None: its latest."
+    )
+
+
+class ForkResult(Schema):
+    step: int = Field(description="The step the model now serves: the copied checkpoint keeps its step number.")
+    forked_from: str = Field(description="`project/model@step` of the checkpoint copied.")
+
+
 class LogRequest(Schema):
     """Evaluation groups recorded without training: a trajectories file and a history row for the split."""
 

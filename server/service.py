@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from art_agents.jsonl import read_history
+from art_agents.server.checkpoint_fork import fork_checkpoint
 from art_agents.server.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
 from art_agents.server.engines.protocol import OlderStep
 from art_agents.server.errors import ServiceError
@@ -25,6 +26,8 @@ from art_agents.wire import (
     DEFAULT_BEST_METRIC,
     CheckpointInfo,
     DeleteCheckpointsRequest,
+    ForkRequest,
+    ForkResult,
     LogRequest,
     LogResult,
     ModelInfo,
@@ -147,6 +150,16 @@ class ArtService:
                 )
             served.store.delete_steps(deleted)  # tokens sampled by a policy that is gone
             return deleted
+
+    async def fork(self, name: str, request: ForkRequest) -> ForkResult:
+        """Serve another model's checkpoint as this model's (see checkpoint_fork.py)."""
+        served = self.get(name)
+        source = self.model_dir(
+            check_name(request.from_project or served.info.project, "from_project"),
+            check_name(request.from_model, "from_model"),
+        )
+        async with served.lock, served.engine.paused():
+            return await asyncio.to_thread(fork_checkpoint, served, request, source)
 
     def _kept(self, served: ServedModel, metric: str | None) -> set[int]:
         """The steps a delete without `steps` keeps: latest and best by `metric`, or latest, 0 and any best val step."""

@@ -30,6 +30,11 @@ def art_routes(service: ArtService) -> APIRouter:
     async def delete_checkpoints(name: str, body: wire.DeleteCheckpointsRequest) -> list[int]:
         return await service.delete_checkpoints(name, body)
 
+    @router.post("/models/{name}/fork")
+    async def fork(name: str, body: wire.ForkRequest) -> wire.ForkResult:
+        """Serve another model's checkpoint (same base model and LoRA) as this model's, under its step number."""
+        return await service.fork(name, body)
+
     @router.post("/models/{name}/log")
     async def log_groups(name: str, body: wire.LogRequest) -> wire.LogResult:
         """Record evaluation groups (a split such as val) at the served step, without training."""

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,24 @@ def save_checkpoint(
     """
     import torch
 
+    def write(tmp: Path) -> None:
+        # only the trained adapter: older checkpoints loaded for serving are not part of it
+        peft_model.save_pretrained(str(tmp), save_embedding_layers=False, selected_adapters=["default"])
+        if optimizer_state:
+            torch.save(optimizer_state, tmp / OPTIMIZER_STATE)
+
+    return _write_step(model_dir, step, write, trainer_state)
+
+
+def copy_checkpoint(source: Path, model_dir: str | Path, step: int, trainer_state: dict) -> Path:
+    """Checkpoint folder `source` (another model's) written as step `step` of this model, as atomically; its
+    trainer state gains `trainer_state`."""
+    state = {**json.loads((source / TRAINER_STATE).read_text(encoding="utf-8")), **trainer_state}
+    return _write_step(model_dir, step, lambda tmp: shutil.copytree(source, tmp, dirs_exist_ok=True), state)
+
+
+def _write_step(model_dir: str | Path, step: int, write: Callable[[Path], Any], trainer_state: dict) -> Path:
+    """`write` fills a temp folder, which gets the trainer state and is renamed to step `step`'s folder."""
     final = checkpoint_path(model_dir, step)
     refuse_existing(final)
     root = final.parent
@@ -44,10 +63,8 @@ def save_checkpoint(
     tmp = root / f".tmp-{step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        # only the trained adapter: older checkpoints loaded for serving are not part of it
-        peft_model.save_pretrained(str(tmp), save_embedding_layers=False, selected_adapters=["default"])
-        if optimizer_state:
-            torch.save(optimizer_state, tmp / OPTIMIZER_STATE)
+        tmp.mkdir()
+        write(tmp)
         state = {**trainer_state, "step": step, "created_at": time.time()}
         (tmp / TRAINER_STATE).write_text(json.dumps(state, indent=2, default=str) + "\n", encoding="utf-8")
         _fsync_tree(tmp)
