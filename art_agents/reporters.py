@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 
 REPORT_TO_ENV = "ART_AGENTS_REPORT_TO"
 LANGFUSE_KEYS = ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY")
-OPENPIPE_KEYS = ("OPENPIPE_API_KEY",)
+OPENPIPE_KEY = "OPENPIPE_API_KEY"
 # Reporters on by themselves, unless `report_to` is given, when all of their own variables are set.
-CONFIGURED_BY = {"langfuse": LANGFUSE_KEYS, "openpipe": OPENPIPE_KEYS}
+CONFIGURED_BY = {"langfuse": LANGFUSE_KEYS, "openpipe": (OPENPIPE_KEY,)}
 
 
 @dataclass(frozen=True)

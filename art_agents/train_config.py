@@ -248,6 +248,16 @@ class ModelConfig(Schema):
             "else cpu. Processes talk over nccl on CUDA, gloo on CPU."
         ),
     )
+    vllm_server_url: str | None = Field(
+        None,
+        description=(
+            "vLLM: serve from a vLLM server started elsewhere (ART's external runtime) instead of starting one. It "
+            "must run `vllm serve` with the flags this server gives its own (--enable-lora, --max-lora-rank, "
+            "--logprobs-mode processed_logprobs, ...: the error when it cannot be reached names them all) and "
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, and see the checkpoint folders at the same paths. Its API key, "
+            "if any, comes from VLLM_API_KEY. It is never put to sleep unless vllm_sleep_mode is True."
+        ),
+    )
     vllm_startup_timeout: float = Field(
         600.0,
         gt=0,
@@ -272,6 +282,8 @@ class ModelConfig(Schema):
     def _consistent(self) -> ModelConfig:
         if self.engine == "scripted" and self.scripted_responses is None:
             raise ValueError("engine 'scripted' needs scripted_responses")
+        if self.vllm_server_url and self.engine not in ("auto", "vllm"):
+            raise ValueError(f"vllm_server_url is served by the vllm engine, not engine={self.engine!r}")
         if self.trainer_devices and len(self.trainer_devices) != self.trainer_processes:
             raise ValueError(
                 f"trainer_devices names {len(self.trainer_devices)} devices for trainer_processes="

@@ -163,6 +163,18 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
     dedicated = {"trainer_gpu_ids": [2, 3], "inference_gpu_ids": [0, 1], "engine_args": {"tensor_parallel_size": 2}}
     served = art.TrainableModel(**base, _internal_config=dedicated).server_config
     assert (served.trainer_processes, served.trainer_devices) == (2, ["cuda:2", "cuda:3"])
+    external = {
+        "vllm_runtime": {"mode": "external", "server_url": "http://gpu-box:8000/v1"},
+        "trainer_gpu_ids": [1],
+        "rollout_weight_update_mode": "step_lora",
+        "engine_args": {"num_scheduler_steps": 1},  # ART's 2048 example still sets it
+    }
+    served = art.TrainableModel(**base, _internal_config=external).server_config
+    assert (served.engine, served.vllm_server_url, served.trainer_devices) == (
+        "vllm",
+        "http://gpu-box:8000/v1",
+        ["cuda:1"],
+    )
     assert art.TrainableModel(**base, lora_config={"rank": 2}).config.lora_rank == 2  # type: ignore[union-attr]
     assert art.TrainableModel(**base, report_metrics=["wandb"]).report_to == ["wandb"]
     for bad, named in [
@@ -174,6 +186,11 @@ def test_art_keywords_are_accepted_or_refused_by_name(tiny_model_path: Path) -> 
         ({"_internal_config": {"trainer_gpu_ids": [0, 1], "inference_gpu_ids": [0]}}, "sharing GPUs \[0\]"),
         ({"_internal_config": {"trainer_gpu_ids": [1]}}, "one without the other"),
         ({"trainable": False}, "trainable must be True"),
+        (
+            {"_internal_config": {"rollout_weight_update_mode": "in_flight_lora"}},
+            "in_flight_lora' \\(only 'step_lora'\\)",
+        ),
+        ({"_internal_config": {"vllm_runtime": {"mode": "external"}}}, "'external' with a server_url"),
     ]:
         with pytest.raises(ValidationError, match=named):
             art.TrainableModel(**base, **bad)  # type: ignore[arg-type]

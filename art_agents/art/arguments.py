@@ -52,7 +52,10 @@ _ENGINE_FIELDS = {
     "data_parallel_size": "data_parallel_size",
     "enable_sleep_mode": "vllm_sleep_mode",
 }
-_ENGINE_IGNORED = {"enforce_eager", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "disable_log_stats"}
+_ENGINE_IGNORED = {
+    "enforce_eager", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "disable_log_stats",
+    "num_scheduler_steps",  # an older vLLM's speed knob, still in ART's 2048 example
+}  # fmt: skip
 # GPU placement: ART's shared mode (the same GPUs for both, or none given) is the server's default; its dedicated
 # mode (training on GPUs of its own) maps to trainer processes on those GPUs.
 _PLACEMENT = ("trainer_gpu_ids", "inference_gpu_ids")
@@ -142,9 +145,17 @@ def model_config_updates(
                     continue
                 elif key not in _INIT_IGNORED:
                     refused.append(f"_internal_config.init_args.{key}={value!r}")
+        elif section == "vllm_runtime" and isinstance(values, Mapping):
+            refused += _runtime_updates(values, updates)
+        elif section == "rollout_weight_update_mode":
+            if values != "step_lora":  # what this server does: each step's LoRA, loaded between steps
+                refused.append(f"_internal_config.rollout_weight_update_mode={values!r} (only 'step_lora')")
         elif values not in (None, {}, []):
             refused.append(f"_internal_config.{section}")
-    refused += _placement_updates(trainer_gpus, inference_gpus, updates)
+    if "vllm_server_url" in updates and trainer_gpus and not inference_gpus:  # ART's external mode: vLLM is elsewhere
+        updates.update(trainer_processes=len(trainer_gpus), trainer_devices=[f"cuda:{g}" for g in trainer_gpus])
+    else:
+        refused += _placement_updates(trainer_gpus, inference_gpus, updates)
     if refused:
         raise ValueError(
             f"not supported by art-agents: {', '.join(refused)}. LoRA settings map to ModelConfig (rank, alpha, "
@@ -176,6 +187,17 @@ def _placement_updates(trainer: list[int] | None, inference: list[int] | None, u
     updates["trainer_processes"] = len(trainer)
     updates["trainer_devices"] = [f"cuda:{gpu}" for gpu in trainer]
     return []
+
+
+def _runtime_updates(values: Mapping[str, Any], updates: dict[str, Any]) -> list[str]:
+    """ART's `vllm_runtime`: `managed` (the default) is vLLM started by the server, `external` one at `server_url`."""
+    mode = values.get("mode", "managed")
+    if mode == "managed" and set(values) <= {"mode"}:
+        return []
+    if mode == "external" and values.get("server_url") and set(values) <= {"mode", "server_url"}:
+        updates.update(engine="vllm", vllm_server_url=values["server_url"])
+        return []
+    return [f"_internal_config.vllm_runtime={dict(values)!r} (mode 'managed', or 'external' with a server_url)"]
 
 
 def _engine_updates(values: Mapping[str, Any], updates: dict[str, Any]) -> list[str]:

@@ -42,6 +42,7 @@ class EngineArgs(TypedDict, total=False):
     enable_sleep_mode: bool
     max_num_batched_tokens: int
     disable_log_stats: bool
+    num_scheduler_steps: int
 
 
 class PeftArgs(TypedDict, total=False):
@@ -73,6 +74,13 @@ class TrainerArgs(TypedDict, total=False):
     weight_decay: float
 
 
+class VllmRuntimeConfig(TypedDict, total=False):
+    """ART 0.5's `vllm_runtime`: `managed` (vLLM started by the server) or `external` (one at `server_url`)."""
+
+    mode: Literal["managed", "external"]
+    server_url: str
+
+
 class InternalModelConfig(TypedDict, total=False):
     """`TrainableModel._internal_config`."""
 
@@ -82,6 +90,8 @@ class InternalModelConfig(TypedDict, total=False):
     trainer_args: TrainerArgs
     trainer_gpu_ids: list[int]
     inference_gpu_ids: list[int]
+    vllm_runtime: VllmRuntimeConfig
+    rollout_weight_update_mode: Literal["step_lora", "in_flight_lora"]
 
 
 class TrainConfig(TypedDict, total=False):

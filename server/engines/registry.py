@@ -50,6 +50,8 @@ def choose_engine(config: ModelConfig) -> tuple[str, str]:
     """(engine, why): `auto` is vLLM where CUDA is available and vLLM is installed in the vLLM python."""
     if config.engine != "auto":
         return config.engine, f"engine={config.engine!r} was asked for"
+    if config.vllm_server_url:
+        return "vllm", f"the vLLM server at {config.vllm_server_url} (vllm_server_url) serves it"
     if config.gguf_file:
         return "transformers", "a gguf_file is served by the transformers engine"
     if config.device.startswith("cpu"):

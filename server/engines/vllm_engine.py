@@ -27,6 +27,7 @@ import collections
 import contextlib
 import json
 import logging
+import shlex
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -37,6 +38,7 @@ import httpx
 from art_agents.server.engines.prefix_cache import PrefillTokens
 from art_agents.server.engines.protocol import EngineBusy, OlderStep, Sample, SamplingParams, TokenCallback
 from art_agents.server.engines.requests import truncate_at_stop
+from art_agents.server.engines.vllm_external import ExternalVLLM
 from art_agents.server.engines.vllm_process import VLLMLaunch, VLLMProcess, VLLMUnavailable, vllm_python
 from art_agents.server.errors import ServiceError
 from art_agents.server.lora_model import load_generation_config, load_tokenizer, stop_token_ids, training_gpus
@@ -101,7 +103,7 @@ class VLLMEngine:
         self._active = 0  # requests past the gate
         self._requests = 0  # requests in the engine, waiting or active
         self._holding = False  # paused() holds the gate
-        self.process: VLLMProcess | None = None
+        self.process: VLLMProcess | ExternalVLLM | None = None
 
     @classmethod
     def load(cls, base_model: str, config: ModelConfig, *, name: str, model_dir: Path) -> VLLMEngine:
@@ -109,17 +111,22 @@ class VLLMEngine:
         if config.gguf_file:
             raise ServiceError(400, "gguf_file is served by the transformers engine only; use engine='transformers'")
         vllm_gpus = set(range(config.tensor_parallel_size * config.data_parallel_size))  # the first visible ones
-        shares_gpu = bool(training_gpus(config) & vllm_gpus)
+        shares_gpu = bool(training_gpus(config) & vllm_gpus) and not config.vllm_server_url
         sleep = shares_gpu if config.vllm_sleep_mode is None else config.vllm_sleep_mode
-        launch = VLLMLaunch(
-            python=vllm_python(),
-            base_model=base_model,
-            args=vllm_args(config, sleep),
-            log_path=model_dir / "vllm.log",
-            startup_timeout_s=config.vllm_startup_timeout,
-            env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", **({"VLLM_SERVER_DEV_MODE": "1"} if sleep else {})},
-        )
-        process = VLLMProcess(launch)
+        process: VLLMProcess | ExternalVLLM
+        if config.vllm_server_url:
+            command = shlex.join(["vllm", "serve", base_model, *vllm_args(config, sleep)])
+            process = ExternalVLLM(config.vllm_server_url, config.vllm_startup_timeout, command)
+        else:
+            launch = VLLMLaunch(
+                python=vllm_python(),
+                base_model=base_model,
+                args=vllm_args(config, sleep),
+                log_path=model_dir / "vllm.log",
+                startup_timeout_s=config.vllm_startup_timeout,
+                env={"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", **({"VLLM_SERVER_DEV_MODE": "1"} if sleep else {})},
+            )
+            process = VLLMProcess(launch)
         process.start()
         try:
             tokenizer = load_tokenizer(base_model, config)
@@ -311,7 +318,9 @@ class VLLMEngine:
         try:
             async with (
                 httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10)) as client,
-                client.stream("POST", f"{process.base_url}/v1/completions", json=body) as response,
+                client.stream(
+                    "POST", f"{process.base_url}/v1/completions", json=body, headers=process.headers
+                ) as response,
             ):
                 if response.status_code != 200:
                     await response.aread()
@@ -368,7 +377,7 @@ class VLLMEngine:
 
     # --- plumbing -----------------------------------------------------------------------
 
-    def _running(self) -> VLLMProcess:
+    def _running(self) -> VLLMProcess | ExternalVLLM:
         if self.process is None:
             raise VLLMUnavailable("vLLM was stopped (the server is shutting down)")
         return self.process
@@ -377,7 +386,7 @@ class VLLMEngine:
         process = self._running()
         pid = process.pid
         try:
-            return httpx.post(f"{process.base_url}{path}", timeout=ADMIN_TIMEOUT_S, **kwargs)
+            return httpx.post(f"{process.base_url}{path}", timeout=ADMIN_TIMEOUT_S, headers=process.headers, **kwargs)
         except httpx.TransportError as exc:
             raise VLLMUnavailable(process.died_message(pid)) from exc
 

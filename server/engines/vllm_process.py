@@ -66,6 +66,7 @@ class VLLMProcess:
         self.launch = launch
         self.on_restart = on_restart
         self.base_url = ""
+        self.headers: dict[str, str] = {}  # none: it listens on loopback only, for this server
         self.failure: str | None = None  # why the last restart failed; requests are refused with it
         self._popen: subprocess.Popen[bytes] | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None  # ends vLLM if this server dies without stopping it
