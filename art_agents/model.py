@@ -57,9 +57,9 @@ class Model(Schema):
     inference_model_name: str | None = Field(None, description="Model name sent to the endpoint; defaults to `name`.")
     report_to: list[str] | None = Field(
         None,
-        description="Where train and log steps go besides history.jsonl: 'wandb', 'langfuse', or ['none']. "
-        "None reads ART_AGENTS_REPORT_TO (comma separated) and adds langfuse when LANGFUSE_PUBLIC_KEY and "
-        "LANGFUSE_SECRET_KEY are set (see art_agents.reporters).",
+        description="Where train and log steps go besides history.jsonl: 'wandb', 'langfuse', 'openpipe', or "
+        "['none']. None reads ART_AGENTS_REPORT_TO (comma separated) and adds langfuse when LANGFUSE_PUBLIC_KEY and "
+        "LANGFUSE_SECRET_KEY are set, openpipe when OPENPIPE_API_KEY is (see art_agents.reporters).",
     )
 
     @model_validator(mode="wrap")

@@ -13,7 +13,7 @@ from art_agents.reporters import StepRecord
 
 
 def test_report_to_is_read_from_the_model_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in (reporters.REPORT_TO_ENV, *reporters.LANGFUSE_KEYS):
+    for key in (reporters.REPORT_TO_ENV, *(key for keys in reporters.CONFIGURED_BY.values() for key in keys)):
         monkeypatch.delenv(key, raising=False)
     assert reporters.reporter_names(None) == []  # off unless asked for or configured
     monkeypatch.setenv(reporters.REPORT_TO_ENV, " WandB, ")
@@ -21,15 +21,17 @@ def test_report_to_is_read_from_the_model_then_the_environment(monkeypatch: pyte
     for key in reporters.LANGFUSE_KEYS:
         monkeypatch.setenv(key, "pk-or-sk")
     assert reporters.reporter_names(None) == ["wandb", "langfuse"]  # Langfuse's own variables turn it on
+    monkeypatch.setenv(reporters.OPENPIPE_KEY, "opk")
+    assert reporters.reporter_names(None) == ["wandb", "langfuse", "openpipe"]
     assert reporters.reporter_names([]) == []  # an explicit list wins over the environment
     assert reporters.reporter_names(["langfuse", "langfuse"]) == ["langfuse"]
     monkeypatch.setenv(reporters.REPORT_TO_ENV, "none")
     assert reporters.reporter_names(None) == []
-    with pytest.raises(ArtError, match=r"unknown reporter tensorboard.*wandb, langfuse or none"):
+    with pytest.raises(ArtError, match=r"unknown reporter tensorboard.*wandb, langfuse, openpipe or none"):
         reporters.reporter_names(["tensorboard"])
 
 
-@pytest.mark.parametrize("name", sorted(reporters.REPORTERS))
+@pytest.mark.parametrize("name", sorted(set(reporters.REPORTERS) - {"openpipe"}))  # OpenPipe needs httpx only
 def test_a_missing_library_names_its_extra(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, name, None)  # the library is not installed: importing it fails
     monkeypatch.delitem(sys.modules, reporters.REPORTERS[name].split(":")[0], raising=False)
