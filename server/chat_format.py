@@ -1,10 +1,11 @@
 """Chat messages to prompt token ids, and generated text back to an OpenAI assistant message.
 
-Prompts go through the model's own chat template. Tool calls are parsed in the model's own format:
-the tokenizer's response parser (transformers 5 `parse_response`, attached by TRL for known
-templates) when it has one, else the common hermes `<tool_call>{json}</tool_call>` format. Text
-that looks like a tool call but does not parse stays plain content: a bad generation is data for
-training, never a server error.
+Prompts go through the model's own chat template. Replies are parsed in the model's own format: the
+tokenizer's response parser (transformers 5 `parse_response` on the sampled token ids, after the prompt's,
+attached by TRL for the families it knows: Qwen 2.5/3, Llama 3.1/3.2, GPT-OSS, Gemma 4, ...), which also
+takes reasoning out into `reasoning_content`; else Mistral's `[TOOL_CALLS][...]` or the common hermes
+`<tool_call>{json}</tool_call>` format. Text that looks like a tool call but does not parse stays plain
+content: a bad generation is data for training, never a server error.
 
 Many chat templates (SmolLM2's, say) ignore `tools`, drop an assistant message's `tool_calls` or
 skip `tool` messages, so a model would never see the tools it is offered, its own calls or their
@@ -136,21 +137,79 @@ def render_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: lis
     return render_ids(tokenizer, messages, tools, add_generation_prompt=True)
 
 
-def _has_response_parser(tokenizer: Any) -> bool:
+def has_response_parser(tokenizer: Any) -> bool:
     return bool(getattr(tokenizer, "response_template", None) or getattr(tokenizer, "response_schema", None))
 
 
-def parse_assistant(tokenizer: Any, text: str) -> dict[str, Any]:
-    """An OpenAI assistant message from generated text (special tokens already stripped)."""
-    parsed: dict[str, Any] | None = None
-    if _has_response_parser(tokenizer):
-        try:
-            parsed = tokenizer.parse_response(text, prefix="")
-        except (ValueError, TypeError, KeyError):
-            parsed = None  # e.g. a malformed <tool_call>: the hermes path decides, and keeps it as text
-    if parsed is None or (not parsed.get("tool_calls") and "<tool_call>" in text):
-        parsed = _parse_hermes(text)
+def attach_response_parser(tokenizer: Any) -> Any:
+    """The tokenizer with TRL's response parser for its chat template, when it has none and TRL knows the template."""
+    if has_response_parser(tokenizer) or not getattr(tokenizer, "chat_template", None):
+        return tokenizer
+    from trl.chat_template_utils import add_response_schema
+
+    with contextlib.suppress(ValueError):  # a template TRL does not know: the hermes and Mistral parsers remain
+        add_response_schema(tokenizer)
+    return tokenizer
+
+
+def parse_assistant(
+    tokenizer: Any,
+    text: str,
+    token_ids: list[int] | None = None,
+    prompt_ids: list[int] | None = None,
+    tools: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """An OpenAI assistant message from a reply: `text` with special tokens stripped, `token_ids` as sampled (a
+    family's markers may be special tokens), `prompt_ids` what came before them (the parser anchors on it)."""
+    raw = text if token_ids is None else tokenizer.decode(token_ids, skip_special_tokens=False)
+    parsed = _by_response_parser(tokenizer, text, token_ids, prompt_ids, tools)
+    if parsed is None or (not parsed.get("tool_calls") and ("<tool_call>" in text or _MISTRAL_CALLS in raw)):
+        parsed = _parse_mistral(raw, tokenizer) if _MISTRAL_CALLS in raw else _parse_hermes(text)
     return _openai_message(parsed)
+
+
+def _by_response_parser(
+    tokenizer: Any,
+    text: str,
+    token_ids: list[int] | None,
+    prompt_ids: list[int] | None,
+    tools: list[dict[str, Any]] | None,
+) -> dict[str, Any] | None:
+    if not has_response_parser(tokenizer):
+        return None
+    try:
+        if token_ids is not None and getattr(tokenizer, "response_template", None):
+            parsed = tokenizer.parse_response(token_ids, prefix=prompt_ids or [], tools=tools)
+        else:
+            parsed = tokenizer.parse_response(text, prefix="")
+    except (ValueError, TypeError, KeyError):
+        return None  # e.g. a malformed call: the fallbacks decide, and keep it as text
+    if not isinstance(parsed, dict):
+        return None
+    if isinstance(parsed.get("content"), str) and tokenizer.eos_token:
+        parsed["content"] = parsed["content"].removesuffix(tokenizer.eos_token)
+    return parsed
+
+
+_MISTRAL_CALLS = "[TOOL_CALLS]"
+
+
+def _parse_mistral(raw: str, tokenizer: Any) -> dict[str, Any]:
+    """Mistral's `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (its v3 format), else the text as content."""
+    head, _, calls_text = raw.partition(_MISTRAL_CALLS)
+    for end in (tokenizer.eos_token or "", "</s>"):
+        if end:
+            calls_text = calls_text.split(end)[0]
+    try:
+        calls = json.loads(calls_text.strip())
+    except json.JSONDecodeError:
+        return {"role": "assistant", "content": raw}
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+        return {"role": "assistant", "content": raw}
+    tool_calls = [
+        {"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments", {})}} for c in calls
+    ]
+    return {"role": "assistant", "content": head.strip(), "tool_calls": tool_calls}
 
 
 def _parse_hermes(text: str) -> dict[str, Any]:
@@ -172,8 +231,9 @@ def _parse_hermes(text: str) -> dict[str, Any]:
 
 def _openai_message(parsed: dict[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
-    if parsed.get("reasoning_content"):
-        message["reasoning_content"] = parsed["reasoning_content"]
+    reasoning = parsed.get("reasoning_content") or parsed.get("thinking")  # GPT-OSS's parser names it thinking
+    if reasoning:
+        message["reasoning_content"] = reasoning
     calls = []
     for call in parsed.get("tool_calls") or []:
         function = call.get("function", call)

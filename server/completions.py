@@ -190,7 +190,11 @@ async def complete(plan: ChatPlan, rollouts: RolloutCounts, on_token: TokenCallb
 def _choice(plan: ChatPlan, index: int, completion_id: str, sample: Sample) -> dict[str, Any]:
     """One OpenAI choice, plus `completion_id` and `token_ids` for the client's capture."""
     tokenizer = plan.served.engine.tokenizer
-    message = parse_assistant(tokenizer, sample.text) if plan.tools else {"role": "assistant", "content": sample.text}
+    if plan.tools:  # tool calls, and the family's reasoning, in fields of their own
+        ids = None if plan.params.stop else sample.token_ids  # a stop string cut the text, not the tokens
+        message = parse_assistant(tokenizer, sample.text, ids, plan.prompt_ids, plan.tools)
+    else:
+        message = {"role": "assistant", "content": sample.text}
     tool_finish = message.get("tool_calls") and sample.finish_reason == "stop"
     logprobs = [_token_logprob(tokenizer, t, lp) for t, lp in zip(sample.token_ids, sample.logprobs, strict=True)]
     return {

@@ -51,9 +51,12 @@ def _source(config: ModelConfig) -> dict[str, Any]:
 
 
 def load_tokenizer(base_model: str, config: ModelConfig) -> Any:
+    """The model's tokenizer, with TRL's response parser for its chat template where it has none."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(base_model, **_source(config))
+    from art_agents.server.chat_format import attach_response_parser
+
+    return attach_response_parser(AutoTokenizer.from_pretrained(base_model, **_source(config)))
 
 
 def load_peft_model(base_model: str, config: ModelConfig) -> tuple[Any, Any]:

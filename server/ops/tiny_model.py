@@ -10,6 +10,7 @@ Qwen3's special tokens; the chat template is Qwen3's, loaded from the installed 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -41,20 +42,30 @@ def qwen3_chat_template() -> str:
     return template
 
 
-def _train_tokenizer(vocab_size: int):  # -> transformers.PreTrainedTokenizerFast
+def train_byte_level_bpe(vocab_size: int, special_tokens: Sequence[str] = ()):  # -> tokenizers.Tokenizer
+    """A byte-level BPE trained on the built-in corpus (any text round-trips); `special_tokens` take the first ids.
+
+    Shared with `family_models`, which wraps it in each family's tokenizer class and special tokens.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     backend.train_from_iterator(_CORPUS * 4, trainer=trainer)
+    return backend
+
+
+def _train_tokenizer(vocab_size: int):  # -> transformers.PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
+
+    backend = train_byte_level_bpe(vocab_size, SPECIAL_TOKENS)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         eos_token="<|im_end|>",
