@@ -19,7 +19,8 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import uuid
+import secrets
+import string
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +230,11 @@ def _parse_hermes(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": content, "tool_calls": calls}
 
 
+def _call_id() -> str:
+    """9 letters and digits: the one form every family's template takes back (Mistral's refuses any other)."""
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(9))
+
+
 def _openai_message(parsed: dict[str, Any]) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": parsed.get("content") or None}
     reasoning = parsed.get("reasoning_content") or parsed.get("thinking")  # GPT-OSS's parser names it thinking
@@ -240,7 +246,7 @@ def _openai_message(parsed: dict[str, Any]) -> dict[str, Any]:
         arguments = function.get("arguments", {})
         calls.append(
             {
-                "id": f"call_{uuid.uuid4().hex[:24]}",
+                "id": _call_id(),
                 "type": "function",
                 "function": {
                     "name": function.get("name", ""),

@@ -2,7 +2,7 @@
 
 A random tiny model never emits a tool call. This engine answers `ModelConfig.scripted_responses`
 in order (cycling), one per choice, as token ids of the real tokenizer followed by the end-of-turn
-token, with the logprobs the served model assigns to those tokens. Everything after generation
+token (unless the text ends with a stop token of its own), with the logprobs the served model assigns to those tokens. Everything after generation
 (tool-call parsing, the token store, training on the stored tokens) is the real code path.
 """
 
@@ -43,7 +43,9 @@ class ScriptedEngine(TransformersEngine):
         import torch
 
         text = next(self._texts)
-        ids = [*self.tokenizer.encode(text, add_special_tokens=False), self._end_id]
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        if not ids or ids[-1] not in self._stop_ids:  # a text may end its turn its family's way (GPT-OSS's <|call|>)
+            ids.append(self._end_id)
         finish = "stop"
         if len(ids) > request.params.max_tokens:
             ids, finish = ids[: request.params.max_tokens], "length"

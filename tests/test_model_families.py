@@ -1,0 +1,117 @@
+"""Each model family through the whole loop: render -> generate -> parse -> store -> train, in its own format.
+
+A random model never calls a tool, so the scripted engine answers each family's real output (its tool-call
+markup, its reasoning, its end-of-turn token) as token ids of the family's tokenizer; the chat template, the
+parsing of those tokens into OpenAI `tool_calls` and `reasoning_content`, the token store and the trainer are
+the real code. The trained sequences' masks must cover exactly the tokens the engine sampled.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from server_fixtures import start_server
+
+import art_agents as art
+from art_agents.remote import RemoteBackend
+from art_agents.server.ops.family_models import FAMILIES, SPECS, Family, build_family_model
+from art_agents.server.storage.token_store import TokenStore
+from art_agents.server.training.sequences import Policy, build_sequences
+from art_agents.train_config import ModelConfig, TrainConfig
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Get the current weather in a city.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        },
+    }
+]
+REASONING = "The user wants the weather."
+HERMES_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+# What each family writes after the call's result: its final answer, ended its own way.
+ANSWERS: dict[Family, str] = {
+    "qwen2_5": "It is sunny.<|im_end|>",
+    "qwen3": "<think>\nEasy.\n</think>\n\nIt is sunny.<|im_end|>",
+    "llama3_1": "It is sunny.<|eot_id|>",
+    "llama3_2": "It is sunny.<|eot_id|>",
+    "gpt_oss": "<|channel|>analysis<|message|>Easy.<|end|><|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>",
+    "gemma3": "It is sunny.<end_of_turn>",
+    "gemma4": "It is sunny.<turn|>",
+    "mistral": "It is sunny.</s>",
+}
+REASONS = {"qwen3", "gpt_oss", "gemma4"}  # families whose output carries reasoning, parsed apart
+
+
+def call_output(family: Family) -> str:
+    """The family's own tool call; Gemma 3 has no format of its own, so it is told the hermes one (and writes it)."""
+    return f"{HERMES_CALL}<end_of_turn>" if family == "gemma3" else SPECS[family].example_output
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """One server for every family (its url and art path)."""
+    art_path = tmp_path_factory.mktemp("families") / "art"
+    with start_server(art_path) as url:
+        yield url, art_path
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+async def test_a_tool_using_conversation_renders_parses_and_trains_in_the_familys_format(
+    family: Family, server: tuple[str, Path], tmp_path: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    url, art_path = server
+    path = build_family_model(tmp_path / family, family)
+    config = ModelConfig(
+        engine="scripted", scripted_responses=[call_output(family), ANSWERS[family]], lora_rank=4, default_max_tokens=96
+    )
+    model = art.TrainableModel(name=f"fam-{family}", project="families", base_model=str(path), config=config)
+    backend = RemoteBackend(url)
+    await model.register(backend)
+    client = model.openai_client()
+
+    async def conversation(reward: float) -> art.Trajectory:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "What is the weather in Paris?"},
+        ]
+        async with art.rollout() as trajectory:
+            first = (await client.chat.completions.create(model=model.name, messages=messages, tools=TOOLS)).choices[0]  # type: ignore[arg-type]
+            call = first.message.tool_calls[0]  # type: ignore[index]
+            assert (call.function.name, json.loads(call.function.arguments)) == ("get_weather", {"city": "Paris"})
+            assert first.finish_reason == "tool_calls" and not (first.message.content or "").strip()
+            if family in REASONS:
+                assert (first.message.model_extra or {}).get("reasoning_content") == REASONING
+            messages += [
+                first.message.model_dump(exclude_none=True),
+                {"role": "tool", "tool_call_id": call.id, "content": "Sunny, 21 degrees."},
+            ]
+            final = (await client.chat.completions.create(model=model.name, messages=messages, tools=TOOLS)).choices[0]  # type: ignore[arg-type]
+            assert final.message.content == "It is sunny." and not final.message.tool_calls
+            trajectory.reward = reward
+        return trajectory
+
+    group = art.TrajectoryGroup([await conversation(1.0), await conversation(0.0)])
+    result = await model.train([group], TrainConfig(learning_rate=1e-3), progress=False)
+    assert result.step == 1 and result.metrics["turns_from_store"] == 4 and result.metrics["turns_retokenized"] == 0
+
+    store = TokenStore(art_path / "families" / "models" / model.name / "tokens" / "store.sqlite")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    sequences, _ = build_sequences(
+        [group], store, tokenizer, {(0, 0): 1.0, (0, 1): -1.0}, policy=Policy(model.name, 1, 1)
+    )
+    records = store.get_many(turn.completion_id for t in group.trajectories for turn in t.turns if turn.completion_id)
+    sampled = [records[turn.completion_id].completion_ids for t in group.trajectories for turn in t.turns]  # type: ignore[index]
+    trained = [tok for s in sequences for tok, m in zip(s.token_ids, s.mask, strict=True) if m]
+    assert trained == [tok for ids in sampled for tok in ids]  # the masks cover the sampled tokens, and nothing else
+    store.close()
+    await client.close()
+    await backend.close()
