@@ -35,11 +35,14 @@ HERMES_TOOLS = (
 
 @dataclass(frozen=True)
 class ToolSupport:
-    """Which tool parts the chat template renders itself."""
+    """Which tool parts the chat template renders itself; `raw_arguments`: it writes a call's arguments given as the
+    JSON string the model wrote as they are (else they are handed to it as a mapping, which Gemma 4's requires and
+    Llama 3's would otherwise encode twice)."""
 
     tools: bool
     calls: bool
     results: bool
+    raw_arguments: bool = True
 
 
 def tool_support(tokenizer: Any) -> ToolSupport:
@@ -47,8 +50,12 @@ def tool_support(tokenizer: Any) -> ToolSupport:
     if isinstance(cached, ToolSupport):
         return cached
     user = {"role": "user", "content": "hi"}
-    call = {"id": "c1", "type": "function", "function": {"name": f"{_PROBE}_call", "arguments": "{}"}}
-    calling = {"role": "assistant", "content": "", "tool_calls": [call]}
+    raw = '{"probe": 1}'
+
+    def calling(arguments: Any) -> dict[str, Any]:  # the id is 9 letters and digits, as Mistral's template demands
+        call = {"id": "probe0001", "type": "function", "function": {"name": f"{_PROBE}_call", "arguments": arguments}}
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+
     tool = {"type": "function", "function": {"name": f"{_PROBE}_tool", "description": "", "parameters": {}}}
 
     def renders(messages: list[dict[str, Any]], needle: str, tools: list[dict[str, Any]] | None = None) -> bool:
@@ -58,12 +65,15 @@ def tool_support(tokenizer: Any) -> ToolSupport:
             return False
         return needle in str(text)
 
+    raw_arguments = renders([user, calling(raw)], raw)
+    arguments = raw if raw_arguments else {"probe": 1}
+    result = {"role": "tool", "tool_call_id": "probe0001", "content": f"{_PROBE}_result"}
     support = ToolSupport(
         tools=renders([user], f"{_PROBE}_tool", [tool]),
-        calls=renders([user, calling], f"{_PROBE}_call"),
-        results=renders([user, calling, {"role": "tool", "tool_call_id": "c1", "content": f"{_PROBE}_result"}],
-                        f"{_PROBE}_result"),
-    )  # fmt: skip
+        calls=renders([user, calling(arguments)], f"{_PROBE}_call"),
+        results=renders([user, calling(arguments), result], f"{_PROBE}_result"),
+        raw_arguments=raw_arguments,
+    )
     tokenizer._art_tool_support = support
     return support
 
@@ -83,7 +93,9 @@ def _fallbacks(
     """Messages and tools with what the template cannot render rewritten in the hermes format."""
     out: list[dict[str, Any]] = []
     for message in messages:
-        if message["role"] == "assistant" and message.get("tool_calls") and not support.calls:
+        if message["role"] == "assistant" and message.get("tool_calls") and support.calls and not support.raw_arguments:
+            message = {**message, "tool_calls": [_with_mapping_arguments(c) for c in message["tool_calls"]]}
+        elif message["role"] == "assistant" and message.get("tool_calls") and not support.calls:
             calls = "\n".join(hermes_call(c) for c in message["tool_calls"])
             text = message.get("content") or ""
             message = {"role": "assistant", "content": f"{text}\n{calls}" if text else calls}
@@ -98,6 +110,15 @@ def _fallbacks(
     else:
         out.insert(0, {"role": "system", "content": listed})
     return out, None
+
+
+def _with_mapping_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function", {})
+    arguments = function.get("arguments")
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):  # else passed on as the model wrote it
+            return {**call, "function": {**function, "arguments": json.loads(arguments)}}
+    return call
 
 
 def _template_message(message: dict[str, Any]) -> dict[str, Any]:
@@ -164,8 +185,13 @@ def parse_assistant(
     family's markers may be special tokens), `prompt_ids` what came before them (the parser anchors on it)."""
     raw = text if token_ids is None else tokenizer.decode(token_ids, skip_special_tokens=False)
     parsed = _by_response_parser(tokenizer, text, token_ids, prompt_ids, tools)
-    if parsed is None or (not parsed.get("tool_calls") and ("<tool_call>" in text or _MISTRAL_CALLS in raw)):
-        parsed = _parse_mistral(raw, tokenizer) if _MISTRAL_CALLS in raw else _parse_hermes(text)
+    if parsed is None or not parsed.get("tool_calls"):
+        if _MISTRAL_CALLS in raw:
+            parsed = _parse_mistral(raw, tokenizer)
+        elif _HARMONY_CALL.search(raw):
+            parsed = _parse_harmony(raw, parsed)
+        elif parsed is None or "<tool_call>" in text:
+            parsed = _parse_hermes(text)
     return _openai_message(parsed)
 
 
@@ -193,6 +219,34 @@ def _by_response_parser(
 
 
 _MISTRAL_CALLS = "[TOOL_CALLS]"
+# GPT-OSS's harmony call, the recipient before or after the channel: `<|start|>assistant to=functions.f<|channel|>commentary
+# json<|message|>{...}<|call|>` (how its template renders calls) or `<|channel|>commentary to=functions.f <|constrain|>json
+# <|message|>{...}<|call|>` (how the model writes them, which TRL's parser does not match).
+_HARMONY_CALL = re.compile(
+    r"(?:to=functions\.(?P<before>[\w.-]+)\s*)?<\|channel\|>commentary(?:\s+to=functions\.(?P<after>[\w.-]+))?"
+    r"\s*(?:<\|constrain\|>)?\s*json<\|message\|>(?P<arguments>.*?)<\|call\|>",
+    re.DOTALL,
+)
+_HARMONY_REASONING = re.compile(r"<\|channel\|>analysis<\|message\|>(.*?)<\|end\|>", re.DOTALL)
+
+
+def _parse_harmony(raw: str, parsed: dict[str, Any] | None) -> dict[str, Any]:
+    """GPT-OSS calls in either order of recipient and channel; a call whose arguments are not JSON stays text."""
+    calls = []
+    for match in _HARMONY_CALL.finditer(raw):
+        name = match["before"] or match["after"]
+        try:
+            arguments = json.loads(match["arguments"])
+        except json.JSONDecodeError:
+            return parsed or {"role": "assistant", "content": raw}
+        if not name:
+            return parsed or {"role": "assistant", "content": raw}
+        calls.append({"type": "function", "function": {"name": name, "arguments": arguments}})
+    reasoning = _HARMONY_REASONING.search(raw)
+    message: dict[str, Any] = {"role": "assistant", "content": "", "tool_calls": calls}
+    if reasoning:
+        message["reasoning_content"] = reasoning[1]
+    return message
 
 
 def _parse_mistral(raw: str, tokenizer: Any) -> dict[str, Any]:

@@ -47,6 +47,10 @@ ANSWERS: dict[Family, str] = {
     "mistral": "It is sunny.</s>",
 }
 REASONS = {"qwen3", "gpt_oss", "gemma4"}  # families whose output carries reasoning, parsed apart
+# Where the second prompt starts with the first prompt + the sampled call, so the two turns merge. Gemma 4's template
+# drops the call's reasoning, Gemma 3's hermes fallback writes the call without the model's newlines, and Mistral's
+# template writes the call back with its id, which the model did not write: their turns train as separate sequences.
+MERGED = {"qwen2_5", "qwen3", "llama3_1", "llama3_2", "gpt_oss"}
 
 
 def call_output(family: Family) -> str:
@@ -102,6 +106,8 @@ async def test_a_tool_using_conversation_renders_parses_and_trains_in_the_family
     group = art.TrajectoryGroup([await conversation(1.0), await conversation(0.0)])
     result = await model.train([group], TrainConfig(learning_rate=1e-3), progress=False)
     assert result.step == 1 and result.metrics["turns_from_store"] == 4 and result.metrics["turns_retokenized"] == 0
+    # a call and its answer train as one sequence where the next prompt re-renders the sampled call unchanged
+    assert result.metrics["sequences"] == (2 if family in MERGED else 4)
 
     store = TokenStore(art_path / "families" / "models" / model.name / "tokens" / "store.sqlite")
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -115,3 +121,100 @@ async def test_a_tool_using_conversation_renders_parses_and_trains_in_the_family
     store.close()
     await client.close()
     await backend.close()
+
+
+BROKEN: dict[Family, str] = {  # a call cut short in each family's format
+    "qwen2_5": '<tool_call>\n{"name": "get_weather", "arguments": {"city": \n</tool_call><|im_end|>',
+    "qwen3": '<think>\nHm.\n</think>\n\n<tool_call>\n{"name": "get_weather", "arguments": \n</tool_call><|im_end|>',
+    "llama3_1": '{"name": "get_weather", "parameters": {"city": <|eot_id|>',
+    "llama3_2": '{"name": "get_weather", "parameters": <|eot_id|>',
+    "gpt_oss": '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": <|call|>',
+    "gemma3": '<tool_call>\n{"name": "get_weather", "arguments": \n</tool_call><end_of_turn>',
+    "gemma4": "<|tool_call>call:get_weather{city:<tool_call|><turn|>",
+    "mistral": '[TOOL_CALLS] [{"name": "get_weather", "arguments": </s>',
+}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+async def test_a_broken_call_in_the_familys_format_comes_back_as_plain_content(
+    family: Family, server: tuple[str, Path], tmp_path: Path
+) -> None:
+    url, _ = server
+    path = build_family_model(tmp_path / family, family)
+    config = ModelConfig(engine="scripted", scripted_responses=[BROKEN[family]], lora_rank=4, default_max_tokens=96)
+    model = art.TrainableModel(name=f"broken-{family}", project="families", base_model=str(path), config=config)
+    backend = RemoteBackend(url)
+    await model.register(backend)
+    client = model.openai_client()
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    reply = await client.chat.completions.create(model=model.name, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+    choice = reply.choices[0]
+    assert not choice.message.tool_calls and choice.finish_reason == "stop"
+    assert "get_weather" in (choice.message.content or "")  # what the model wrote, kept for training
+    await client.close()
+    await backend.close()
+
+
+def test_gpt_oss_calls_parse_with_the_recipient_before_or_after_the_channel() -> None:
+    from art_agents.server.chat_format import parse_assistant
+
+    class Plain:  # no response parser: the harmony fallback alone
+        eos_token = "<|return|>"
+
+    written = (
+        "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+    )
+    message = parse_assistant(Plain(), written)
+    call = message["tool_calls"][0]["function"]
+    assert (call["name"], json.loads(call["arguments"])) == ("get_weather", {"city": "Paris"})
+    assert message["reasoning_content"] == "Need the weather."
+
+
+def doctor(path: Path) -> Any:
+    """`art-agents doctor --model PATH`, run in this process."""
+    from typer.testing import CliRunner
+
+    from art_agents.cli import app, load_parts
+
+    if not any(command.name == "doctor" for command in app.registered_commands):
+        load_parts()
+    return CliRunner().invoke(app, ["doctor", "--model", str(path)])
+
+
+@pytest.mark.parametrize(
+    ("family", "named", "fallback", "note"),
+    [
+        ("qwen3", "Qwen3", False, "drops earlier turns' reasoning"),
+        ("llama3_2", "Llama 3.2", False, None),
+        ("gpt_oss", "GPT-OSS", False, "harmony parser"),
+        ("gemma3", "Gemma 3", True, "warm it up first with SFT"),
+        ("gemma4", "Gemma 4", False, None),
+        ("mistral", "Mistral", False, "9-character tool-call ids"),
+    ],
+)
+def test_doctor_names_the_family_its_tool_rendering_parser_and_known_limits(
+    family: Family, named: str, fallback: bool, note: str | None, tmp_path: Path
+) -> None:
+    path = build_family_model(tmp_path / family, family)
+    result = doctor(path)
+    assert result.exit_code == 0, result.output
+    lines = dict(line.split(None, 1) for line in result.output.splitlines() if line.split())
+    assert lines["family"].startswith(named), result.output
+    assert ("through the hermes fallback" in lines["tools"]) == fallback, result.output
+    parser = "Mistral's [TOOL_CALLS]" if family == "mistral" else "hermes" if family == "gemma3" else "response parser"
+    assert parser in lines["replies"], result.output
+    if note is not None:
+        assert note in result.output, result.output
+
+
+def test_doctor_says_what_to_do_about_a_model_without_a_chat_template(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    path = build_family_model(tmp_path / "bare", "llama3_2")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.chat_template = None
+    (path / "chat_template.jinja").unlink(missing_ok=True)
+    tokenizer.save_pretrained(path)
+    result = doctor(path)
+    assert result.exit_code == 0 and "no chat template: every chat request is refused" in result.output, result.output

@@ -127,8 +127,16 @@ def _use_vllm_python(python: str | None) -> None:
 
 def doctor(
     vllm_python: VLLMPython = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="A model folder or hub id: which family its chat template is, how tools render, which parser reads "
+            "its replies, and what is known not to work with it."
+        ),
+    ] = None,
 ) -> None:
-    """Print which engine `engine="auto"` will use and why: CUDA, vLLM and the versions of the stack."""
+    """Print which engine `engine="auto"` will use and why: CUDA, vLLM and the versions of the stack; with --model,
+    what the server does with that model's chat format."""
     require_extra("server", purpose="art-agents doctor", load=False)
     import importlib.metadata
     import sys
@@ -157,6 +165,46 @@ def doctor(
     typer.echo(f"vLLM          {found} (in {install.python})")
     engine, why = choose_engine(ModelConfig())
     typer.echo(f"engine=auto   {engine}: {why}")
+    if model is not None:
+        _doctor_model(model)
+
+
+def _doctor_model(base_model: str) -> None:
+    from art_agents.server.errors import ServiceError
+    from art_agents.server.lora_model import load_tokenizer
+    from art_agents.server.model_family import family_report
+    from art_agents.server.model_sources import ModelSources
+    from art_agents.train_config import ModelConfig
+
+    try:
+        ModelSources.find(base_model)
+        tokenizer = load_tokenizer(base_model, ModelConfig())
+    except ServiceError as exc:
+        raise typer.BadParameter(exc.detail, param_hint="--model") from exc
+    except Exception as exc:
+        raise typer.BadParameter(ModelSources.load_error(base_model), param_hint="--model") from exc
+    report = family_report(tokenizer, _model_type(base_model))
+    typer.echo(f"model         {base_model}")
+    typer.echo(f"family        {report.family}")
+    if report.renders is not None:
+        parts = ", ".join(
+            f"{part} {'natively' if ok else 'through the hermes fallback'}"
+            for part, ok in (("tools", report.renders.tools), ("calls", report.renders.calls),
+                             ("results", report.renders.results))
+        )  # fmt: skip
+        typer.echo(f"tools         {parts}")
+    typer.echo(f"replies       parsed by {report.parser}")
+    for note in report.notes:
+        typer.echo(f"note          {note}")
+
+
+def _model_type(base_model: str) -> str | None:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(base_model).model_type
+    except Exception:  # a GGUF folder, say: the template alone names the family
+        return None
 
 
 def tiny_model(
