@@ -105,6 +105,12 @@ def plan_chat(
     try:
         prompt_ids = render_prompt_ids(tokenizer, body["messages"], tools)
     except Exception as exc:  # jinja errors: a message shape the chat template rejects
+        if not getattr(tokenizer, "chat_template", None):
+            raise ServiceError(
+                400,
+                f"{served.info.base_model} has no chat template, so chat messages cannot be rendered; give its "
+                "tokenizer one (chat_template.jinja beside tokenizer_config.json), e.g. its instruct model's",
+            ) from exc
         raise ServiceError(400, f"the chat template could not render these messages: {exc}") from exc
     if limit is not None and len(prompt_ids) + params.max_tokens > limit:
         raise ServiceError(

@@ -9,6 +9,7 @@ the real code. The trained sequences' masks must cover exactly the tokens the en
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,7 +209,10 @@ def test_doctor_names_the_family_its_tool_rendering_parser_and_known_limits(
         assert note in result.output, result.output
 
 
-def test_doctor_says_what_to_do_about_a_model_without_a_chat_template(tmp_path: Path) -> None:
+async def test_a_model_without_a_chat_template_is_refused_by_name_and_doctor_says_the_fix(
+    server: tuple[str, Path], tmp_path: Path
+) -> None:
+    import openai
     from transformers import AutoTokenizer
 
     path = build_family_model(tmp_path / "bare", "llama3_2")
@@ -218,3 +222,14 @@ def test_doctor_says_what_to_do_about_a_model_without_a_chat_template(tmp_path: 
     tokenizer.save_pretrained(path)
     result = doctor(path)
     assert result.exit_code == 0 and "no chat template: every chat request is refused" in result.output, result.output
+
+    config = ModelConfig(engine="scripted", scripted_responses=["hi"], lora_rank=4)
+    model = art.TrainableModel(name="bare", project="families", base_model=str(path), config=config)
+    backend = RemoteBackend(server[0])
+    await model.register(backend)
+    client = model.openai_client()
+    with pytest.raises(openai.BadRequestError) as raised:
+        await client.chat.completions.create(model=model.name, messages=[{"role": "user", "content": "hi"}])
+    assert re.search(r"has no chat template.*chat_template\.jinja", raised.value.response.text)
+    await client.close()
+    await backend.close()
