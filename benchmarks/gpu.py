@@ -31,11 +31,14 @@ figure the median tokens/s with its min-max over the rounds:
    `generate` calls of 128 tokens (temperature 1), vs raw `model.generate` on the same PEFT model with the
    same left-padded prompts (`min_new_tokens` = `max_new_tokens`). tokens/s = generated tokens / seconds
    (the engine's counted from its samples: with random weights an end-of-sequence token is rare but possible).
-3. Trainer processes: the same training step by `PolicyTrainer` in this process and by 1 trainer process
+3. Model families: each family's tiny random model (`server/ops/family_models.py`: its real chat template and special
+   tokens; no hub, so no real weights) on the GPU in bf16: a tool-offering prompt, 4 replies parsed as the server
+   parses them, one GRPO step on them (seconds for the whole, and whether it ran).
+4. Trainer processes: the same training step by `PolicyTrainer` in this process and by 1 trainer process
    (`ModelConfig.trainer_processes=1`, DDP over nccl on cuda:0: torch.distributed's path with one rank),
    which should match within 5%; the process's call includes handing it the LoRA and optimizer state and
    taking them back (benchmarks/trainer_processes.py, whose CPU run compares 2 processes too).
-4. vLLM (only where `import vllm` works): offline `vllm.LLM` on the same saved model, the same prompts
+5. vLLM (only where `import vllm` works): offline `vllm.LLM` on the same saved model, the same prompts
    (ignore_eos), without and with a LoRA, and the latency of switching to a LoRA it has not loaded yet.
 
 `--budget-seconds` (default 420) stops before the next round that would not fit and prints what it has; a
@@ -610,6 +613,69 @@ def serve_section(path: Path, sizes: Sizes, device: str, dtype_name: str, budget
     )
 
 
+# --------------------------------------------------------------------------------------------- families
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+}
+
+
+def families_section(device: str, dtype_name: str, work: Path, budget: Budget) -> None:
+    """Each family's tiny random model (its real chat template and special tokens) on the device: a tool-offering
+    prompt rendered, 4 replies sampled and parsed as the server does, and one GRPO step on them."""
+    from art_agents.capture import record_completion
+    from art_agents.server.chat_format import parse_assistant, render_prompt_ids
+    from art_agents.server.engines.protocol import SamplingParams
+    from art_agents.server.engines.transformers_engine import TransformersEngine
+    from art_agents.server.ops.family_models import FAMILIES, build_family_model
+    from art_agents.server.storage.token_store import TokenRecord, TokenStore
+    from art_agents.server.training.policy_model import PolicyModel
+    from art_agents.server.training.trainer import PolicyTrainer
+    from art_agents.train_config import ModelConfig, TrainConfig
+    from art_agents.trajectory import Trajectory, TrajectoryGroup
+
+    loop = asyncio.new_event_loop()
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for family in FAMILIES:
+        if not budget.allows(10.0, f"family {family}"):
+            break
+        row = REPORT.row("families", f"{family}: 4 replies + 1 train step", unit="s")
+        engine = None
+        try:
+            path = build_family_model(work / "families" / family, family)
+            config = ModelConfig(device=device, dtype=dtype_name, lora_rank=8)
+            engine = TransformersEngine.load(str(path), config)
+            store = TokenStore(work / "families" / f"{family}.sqlite")
+            prompt = render_prompt_ids(engine.tokenizer, messages, [WEATHER_TOOL])
+            started = time.perf_counter()
+            params = SamplingParams(max_tokens=32, n=4, temperature=1.0)
+            trajectories = []
+            for i, sample in enumerate(loop.run_until_complete(engine.generate(prompt, params))):
+                reply = parse_assistant(engine.tokenizer, sample.text, sample.token_ids, prompt, [WEATHER_TOOL])
+                cid = f"chatcmpl-{family}-{i}"
+                record = TokenRecord(
+                    completion_id=cid, model=family, policy_step=0, prompt_ids=prompt, completion_ids=sample.token_ids,
+                    logprobs=sample.logprobs, temperature=sample.temperature,
+                )  # fmt: skip
+                store.add(record)
+                trajectories.append(Trajectory(reward=float(i % 2)))
+                record_completion(messages, reply, completion_id=cid, trajectory=trajectories[-1])
+            policy = PolicyModel.load(str(path), config, engine.tokenizer, engine.base_weights())
+            metrics = PolicyTrainer(policy.model, engine.tokenizer, store).train(
+                [TrajectoryGroup(trajectories)], TrainConfig(learning_rate=1e-4)
+            )
+            synchronize(device)
+            row.values.append(time.perf_counter() - started)
+            row.note = f"{metrics['tokens_trained']:.0f} tokens trained, loss {metrics['loss']:+.3f}, {dtype_name}"
+        except Exception as exc:
+            REPORT.failed(f"family {family}", exc)
+        finally:
+            if engine is not None:
+                loop.run_until_complete(engine.close())
+            free(device)
+    loop.close()
+
+
 # --------------------------------------------------------------------------------------------- vLLM
 def vllm_section(path: Path, tokenizer: Any, sizes: Sizes, device: str, budget: Budget, eager: bool) -> None:
     if importlib.util.find_spec("vllm") is None:
@@ -703,7 +769,9 @@ def main() -> None:
     parser.add_argument("--budget-seconds", type=float, default=420.0, help="stop cleanly before this (imports count)")
     parser.add_argument("--rounds", type=int, default=None, help="measured rounds per side (5; 2 with --dry-run)")
     parser.add_argument(
-        "--sections", default="train,processes,serve,vllm", help="comma-separated: train, processes, serve, vllm"
+        "--sections",
+        default="train,processes,serve,families,vllm",
+        help="comma-separated: train, processes, serve, families, vllm",
     )
     parser.add_argument("--device", default="auto", help="auto: cuda when available (cpu with --dry-run)")
     parser.add_argument("--vllm-eager", action="store_true", help="vLLM without CUDA graphs (faster start-up)")
@@ -759,6 +827,7 @@ def main() -> None:
                 ("train", lambda: train_section(path, tokenizer, sizes, device, dtype, work, budget)),
                 ("processes", lambda: processes_section(path, tokenizer, sizes, device, work, budget)),
                 ("serve", lambda: serve_section(path, sizes, device, dtype_name, budget)),
+                ("families", lambda: families_section(device, dtype_name, work, budget)),
                 ("vllm", lambda: vllm_section(path, tokenizer, sizes, device, budget, options.vllm_eager)),
             ]
             for name, part in parts:

@@ -132,9 +132,17 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _template_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI tool with the optional parts every template may read (GPT-OSS's reads `description` unchecked)."""
+    function = tool.get("function", tool)
+    filled = {"description": "", "parameters": {"type": "object", "properties": {}}, **function}
+    return {**tool, "function": filled} if "function" in tool else filled
+
+
 def render_ids(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool
 ) -> list[int]:
+    tools = [_template_tool(t) for t in tools] if tools else tools
     rendered, tools = _fallbacks([_template_message(m) for m in messages], tools, tool_support(tokenizer))
     ids = tokenizer.apply_chat_template(
         rendered,

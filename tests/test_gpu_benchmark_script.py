@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -76,5 +77,6 @@ def test_dry_run_prints_every_row(tmp_path: Path) -> None:
         assert row is not None, f"no row {name!r} in:\n{out}"
         assert " tok/s " in row, row  # measured: a median, not "-"
     assert "ours / TRL GRPOTrainer tokens/s" in out
+    assert re.search(r"families +gemma4: 4 replies \+ 1 train step +\d+\.\d s", out), out  # every family ran
     if importlib.util.find_spec("vllm") is None:
         assert "vLLM: not installed, rows skipped" in out

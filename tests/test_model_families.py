@@ -148,7 +148,10 @@ async def test_a_broken_call_in_the_familys_format_comes_back_as_plain_content(
     await model.register(backend)
     client = model.openai_client()
     messages = [{"role": "user", "content": "What is the weather in Paris?"}]
-    reply = await client.chat.completions.create(model=model.name, messages=messages, tools=TOOLS)  # type: ignore[arg-type]
+    bare = [
+        {"type": "function", "function": {"name": "get_weather"}}
+    ]  # no description or parameters: optional in OpenAI's API
+    reply = await client.chat.completions.create(model=model.name, messages=messages, tools=bare)  # type: ignore[arg-type]
     choice = reply.choices[0]
     assert not choice.message.tool_calls and choice.finish_reason == "stop"
     assert "get_weather" in (choice.message.content or "")  # what the model wrote, kept for training
