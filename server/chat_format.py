@@ -103,7 +103,7 @@ def _fallbacks(
             message = {"role": "user", "content": f"<tool_response>\n{message.get('content') or ''}\n</tool_response>"}
         out.append(message)
     if not tools or support.tools:
-        return out, tools
+        return out, [_template_tool(t) for t in tools] if tools else tools
     listed = HERMES_TOOLS.format(tools="\n".join(json.dumps(t.get("function", t)) for t in tools))
     if out and out[0]["role"] == "system":
         out[0] = {**out[0], "content": f"{out[0].get('content') or ''}\n\n{listed}"}
@@ -135,14 +135,14 @@ def _template_message(message: dict[str, Any]) -> dict[str, Any]:
 def _template_tool(tool: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI tool with the optional parts every template may read (GPT-OSS's reads `description` unchecked)."""
     function = tool.get("function", tool)
-    filled = {"description": "", "parameters": {"type": "object", "properties": {}}, **function}
+    optional = {"description": "", "parameters": {"type": "object", "properties": {}}}
+    filled = {**function, **{key: value for key, value in optional.items() if key not in function}}
     return {**tool, "function": filled} if "function" in tool else filled
 
 
 def render_ids(
     tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool
 ) -> list[int]:
-    tools = [_template_tool(t) for t in tools] if tools else tools
     rendered, tools = _fallbacks([_template_message(m) for m in messages], tools, tool_support(tokenizer))
     ids = tokenizer.apply_chat_template(
         rendered,

@@ -130,7 +130,7 @@ def test_the_scripted_engine_is_not_public_and_errors_do_not_leak(tmp_path: Path
 
 async def test_a_request_that_breaks_generation_fails_alone(tiny_model_path: Path) -> None:
     engine = TransformersEngine.load(str(tiny_model_path), ModelConfig())
-    params = SamplingParams(max_tokens=4)
+    params = SamplingParams(max_tokens=4, seed=0)  # unseeded, an early end-of-turn token made this flaky
     outcomes = await asyncio.gather(
         engine.generate([5, 6, 7], params),
         engine.generate([5, 10**6], params),  # a token id outside the vocabulary
