@@ -3,7 +3,7 @@
 ART's keywords are accepted: `max_metrics` caps how many metric means the bar shows (reward first,
 then trajectory metrics in the order first seen), `after_each` may return a list of groups (they all
 join the result), and `pbar_total_completion_tokens` is a no-op (ART deprecated it; it only changed the bar).
-Like ART's, a gather has no timeout of its own: wrap it in `asyncio.timeout(...)` (see the README).
+Like ART's, a gather has no timeout of its own: wrap it in `asyncio.timeout(...)` (see docs/loop.md).
 """
 
 from __future__ import annotations

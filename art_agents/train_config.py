@@ -39,7 +39,7 @@ class TrainConfig(Schema):
             "`cispo`: REINFORCE on each token's logprob weighted by its importance ratio capped at `epsilon_high` "
             "(the weight carries no gradient, so no token's gradient is clipped away; MiniMax-M1, TRL's `cispo`, "
             "ART's default loss), averaged over all tokens of the batch as `dapo`. The default stays `grpo`: the "
-            "learning figures in the README were measured with it."
+            "learning figures in docs/learning.md were measured with it."
         ),
     )
     importance_sampling_level: Literal["token", "sequence", "average", "geometric_average"] = Field(

@@ -10,7 +10,7 @@ is strict so that it cannot be gamed by format alone or by listing several candi
          and by default the right answer outside the format (`--partial-credit 0.5` pays it half)
 
 Partial credit for the bare answer lets "plain and right" outscore "bracketed and wrong": the
-model then unlearns the format instead of learning it (measured; see the README).
+model then unlearns the format instead of learning it (measured; see docs/learning.md).
 
 The held-out prompts are never trained on. The base model (step 0 of the same server) and the
 trained adapter are evaluated on them with the same sampling settings and seeds; the script prints

@@ -3,7 +3,7 @@
 `art-agents serve` runs as its own process (LocalBackend). The script registers the model, samples groups of
 rollouts through the OpenAI SDK, trains `--steps` steps on them, and reads the server's /proc status: resident
 memory once registered, after the steps, and the peak (VmHWM). Only the client API is used, so the same script
-measures any commit: run it with another checkout's python to compare (the README's architecture figures).
+measures any commit: run it with another checkout's python to compare (the figures in docs/benchmarks.md).
 
     python benchmarks/train_memory.py [--steps 2] [--json-out F]   (--tiny: the tiny test model, a smoke run)
 """
