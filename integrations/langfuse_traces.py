@@ -27,11 +27,8 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import threading
 import time
 import uuid
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -39,6 +36,7 @@ from langfuse import Langfuse
 
 from art_agents.errors import ArtError
 from art_agents.integrations.langfuse_spans import LangfuseWarning, Sink, TraceSpans, ns, shared_sink
+from art_agents.integrations.queued_reporter import QueuedReporter
 from art_agents.reporters import LANGFUSE_KEYS, StepRecord
 from art_agents.trajectory import ToolCallRecord, Trajectory, TrajectoryGroup, Turn
 
@@ -59,7 +57,6 @@ STATUS_MESSAGE = "langfuse.observation.status_message"
 MODEL = "langfuse.observation.model.name"
 USAGE = "langfuse.observation.usage_details"
 
-MAX_PENDING_RECORDS = 4  # train/log calls waiting for export; past it a step's traces are dropped with a warning
 SPANS_PER_FLUSH = 512  # the SDK's export batch: sent before more are built, so OTel's queue (2048) never overflows
 USAGE_NAMES = {"prompt_tokens": "input", "completion_tokens": "output", "total_tokens": "total"}
 RULER_LOG_PREFIX = "RULER ("
@@ -74,8 +71,10 @@ class _Event(NamedTuple):
     end: float
 
 
-class LangfuseReporter:
+class LangfuseReporter(QueuedReporter):
     """Sends every train and log call of one model to Langfuse: a trace per trajectory, one per step."""
+
+    service, warning, items = "Langfuse", LangfuseWarning, "traces"
 
     def __init__(self, model: TrainableModel) -> None:
         missing = [key for key in LANGFUSE_KEYS if not os.environ.get(key)]
@@ -84,19 +83,18 @@ class LangfuseReporter:
                 f"report_to='langfuse' needs {' and '.join(missing)} (and LANGFUSE_BASE_URL for a self-hosted "
                 "Langfuse) in the environment; set them, or drop 'langfuse' from report_to"
             )
-        self.project, self.model_name = model.project, model.name
+        self.project = model.project
         # groups this run's traces in Langfuse's sessions view
         self.session_id = f"{model.project}/{model.name}/{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        self._warned: set[str] = set()
         self._sink: Sink | None = None
-        self._pending: queue.Queue[StepRecord] = queue.Queue(MAX_PENDING_RECORDS)
-        self._worker: threading.Thread | None = None
+        super().__init__(model.name, "Langfuse")
         self._unsent = 0  # spans built since the export thread last waited for a batch to go
         if os.environ.get("LANGFUSE_TRACING_ENABLED", "true").lower() == "false":
             return
         sink = shared_sink()
         if sink.exporting:
             self._sink = sink
+            self._target = f"Langfuse at {sink.base_url}"
         else:
             self._warn(
                 "client",
@@ -107,19 +105,8 @@ class LangfuseReporter:
 
     def record(self, record: StepRecord) -> None:
         """Hand the record to the export thread and return at once; never raises."""
-        if self._sink is None:
-            return
-        if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(target=self._work, name=f"langfuse-{self.model_name}", daemon=True)
-            self._worker.start()
-        try:
-            self._pending.put_nowait(record)
-        except queue.Full:
-            self._warn(
-                "behind",
-                f"Langfuse at {self._sink.base_url} is not keeping up (is it up?): {MAX_PENDING_RECORDS} steps wait "
-                f"already, so the traces of {record.split} step {record.step} (and later ones, while it lasts) are dropped",
-            )
+        if self._sink is not None:
+            super().record(record)
 
     def close(self) -> None:
         """Send what is waiting, for at most LANGFUSE_TIMEOUT seconds in all; never raises."""
@@ -127,10 +114,7 @@ class LangfuseReporter:
             return
         try:
             deadline = time.monotonic() + self._sink.timeout_s
-            exporting = threading.Thread(target=self._pending.join, name="langfuse-drain", daemon=True)
-            exporting.start()
-            exporting.join(self._sink.timeout_s)
-            if exporting.is_alive() or not self._sink.flush(deadline - time.monotonic()):
+            if not self._drained(self._sink.timeout_s) or not self._sink.flush(deadline - time.monotonic()):
                 self._warn(
                     "flush",
                     f"Langfuse at {self._sink.base_url} did not take the traces within {self._sink.timeout_s:g}s "
@@ -139,18 +123,7 @@ class LangfuseReporter:
         except Exception as exc:
             self._warn(f"close:{type(exc).__name__}", "could not flush", exc)
 
-    def _work(self) -> None:
-        """Export the waiting records in order, one at a time."""
-        while True:
-            record = self._pending.get()
-            try:
-                self._export(record)
-            except Exception as exc:
-                self._warn(f"export:{type(exc).__name__}", f"could not export {record.split} step {record.step}", exc)
-            finally:
-                self._pending.task_done()
-
-    def _export(self, record: StepRecord) -> None:
+    def _send(self, record: StepRecord) -> None:
         """Traces of the record, waiting for each batch of spans to be sent before building the next.
 
         The wait is the backpressure: OTel's queue never overflows with a large step, and while
@@ -170,13 +143,6 @@ class LangfuseReporter:
             self._export_step(self._sink, record)
         except Exception as exc:
             self._warn(f"step:{type(exc).__name__}", f"could not export {record.split} step {record.step}", exc)
-
-    def _warn(self, kind: str, message: str, exc: Exception | None = None) -> None:
-        if kind in self._warned:
-            return
-        self._warned.add(kind)
-        detail = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
-        warnings.warn(f"Langfuse: {message}{detail}; training goes on", LangfuseWarning, stacklevel=2)
 
     def _trace_attributes(self, name: str, tags: list[str]) -> dict[str, Any]:
         """Trace-level attributes, which Langfuse reads from every observation of the trace."""

@@ -29,14 +29,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
-import threading
-import warnings
 from typing import Any
 
 import httpx
 
 from art_agents.errors import ArtError
+from art_agents.integrations.queued_reporter import QueuedReporter
 from art_agents.reporters import OPENPIPE_KEY, ReportedModel, StepRecord
 from art_agents.trajectory import Trajectory
 
@@ -44,7 +42,6 @@ BASE_URL_ENV = "OPENPIPE_BASE_URL"
 DEFAULT_BASE_URL = "https://api.openpipe.ai/api/v1"  # the SDK's default
 TIMEOUT_S = 5.0  # per post
 CONCURRENT_POSTS = 8
-MAX_PENDING_RECORDS = 4
 # Statuses that refuse one call for what it holds (malformed, too large): the step's other calls still go.
 CALL_REFUSED = {400, 413, 422}
 
@@ -61,8 +58,10 @@ class _StepStopped(Exception):
         self.kind = kind
 
 
-class OpenPipeReporter:
+class OpenPipeReporter(QueuedReporter):
     """Posts every model call of one model's train and log steps to OpenPipe, from a thread of its own."""
+
+    service, warning, items = "OpenPipe", OpenPipeWarning, "completions"
 
     def __init__(self, model: ReportedModel) -> None:
         api_key = os.environ.get(OPENPIPE_KEY, "").strip()
@@ -72,65 +71,40 @@ class OpenPipeReporter:
                 f"environment, and {BASE_URL_ENV} for another OpenPipe than {DEFAULT_BASE_URL}; set it, or drop "
                 "'openpipe' from report_to"
             )
-        self.project, self.model_name = model.project, model.name
+        self.project = model.project
         self.base_url = (os.environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL).rstrip("/")
         if not self.base_url.startswith(("http://", "https://")):
             raise ArtError(f"{BASE_URL_ENV}={self.base_url!r} is not an http(s) URL; e.g. {DEFAULT_BASE_URL}")
-        self._api_key = api_key  # only ever sent: `_warn` blanks it out of any error text that quotes it
+        super().__init__(model.name, self.base_url)
+        self._api_key = api_key  # only ever sent: `_redacted` blanks it out of any error text that quotes it
         self._headers = {"Authorization": f"Bearer {api_key}"}
-        self._pending: queue.Queue[StepRecord] = queue.Queue(MAX_PENDING_RECORDS)
-        self._worker: threading.Thread | None = None
-        self._warned: set[str] = set()
-
-    def record(self, record: StepRecord) -> None:
-        """Hand the step to the posting thread and return at once; never raises."""
-        if self._worker is None or not self._worker.is_alive():
-            self._worker = threading.Thread(target=self._work, name=f"openpipe-{self.model_name}", daemon=True)
-            self._worker.start()
-        try:
-            self._pending.put_nowait(record)
-        except queue.Full:
-            self._warn(
-                "behind",
-                f"{self.base_url} is not keeping up: {MAX_PENDING_RECORDS} steps wait already, so the "
-                f"completions of {record.split} step {record.step} (and later ones, while it lasts) are dropped",
-            )
 
     def close(self) -> None:
         """Wait at most two timeouts for the queued steps to be posted; what is left goes on in the background."""
-        if self._worker is None:
-            return
         wait_s = 2 * TIMEOUT_S
-        draining = threading.Thread(target=self._pending.join, name="openpipe-drain", daemon=True)
-        draining.start()
-        draining.join(wait_s)
-        if draining.is_alive():
+        if not self._drained(wait_s):
             self._warn(
                 "close",
                 f"{self.base_url} did not take the queued completions within {wait_s:g}s; they are "
                 "posted in the background until the process exits",
             )
 
-    def _work(self) -> None:
-        """Post the queued steps in order, one at a time."""
-        while True:
-            record = self._pending.get()
-            try:
-                if calls := self._calls(record):
-                    asyncio.run(self._post(calls))
-            except* _StepStopped as stopped:
-                cause = stopped.exceptions[0]
-                assert isinstance(cause, _StepStopped)
-                self._warn(
-                    f"stopped:{cause.kind}",
-                    f"{self.base_url} did not take the completions of {record.split} step {record.step} ({cause}); "
-                    "the rest of that step is not sent (the same failure is not warned about again)",
-                )
-            except* Exception as failed:
-                error = failed.exceptions[0]
-                self._warn(f"post:{type(error).__name__}", f"could not post {record.split} step {record.step}", error)
-            finally:
-                self._pending.task_done()
+    def _send(self, record: StepRecord) -> None:
+        """Post one step's calls; the first failure that would repeat gives up the rest of the step."""
+        try:
+            if calls := self._calls(record):
+                asyncio.run(self._post(calls))
+        except* _StepStopped as stopped:
+            cause = stopped.exceptions[0]
+            assert isinstance(cause, _StepStopped)
+            self._warn(
+                f"stopped:{cause.kind}",
+                f"{self.base_url} did not take the completions of {record.split} step {record.step} ({cause}); "
+                "the rest of that step is not sent (the same failure is not warned about again)",
+            )
+        except* Exception as failed:
+            error = failed.exceptions[0]
+            self._warn(f"post:{type(error).__name__}", f"could not post {record.split} step {record.step}", error)
 
     async def _post(self, calls: list[dict[str, Any]]) -> None:
         """Post the calls a few at a time; the first failure that would repeat cancels the rest (ExceptionGroup)."""
@@ -223,13 +197,8 @@ class OpenPipeReporter:
             )
         return calls
 
-    def _warn(self, kind: str, message: str, exc: BaseException | None = None) -> None:
-        if kind in self._warned:
-            return
-        self._warned.add(kind)
-        detail = f" ({type(exc).__name__}: {exc})" if exc is not None else ""
-        text = f"OpenPipe: {message}{detail}; training goes on".replace(self._api_key, "<OPENPIPE_API_KEY>")
-        warnings.warn(text, OpenPipeWarning, stacklevel=2)
+    def _redacted(self, text: str) -> str:
+        return text.replace(self._api_key, "<OPENPIPE_API_KEY>")
 
 
 def _metadata(values: dict[str, Any]) -> dict[str, str]:
