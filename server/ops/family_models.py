@@ -138,6 +138,34 @@ class FamilySpec:
         return any(marker in self.special_tokens for marker in self.output_markers)
 
 
+def _llama3(template: str, *, rope_factor: float, tied: bool, notes: str) -> FamilySpec:
+    """Llama 3.1 and 3.2 differ in their template, RoPE scaling and tied embeddings only."""
+    return FamilySpec(
+        config_class="LlamaConfig",
+        template=template,
+        special_tokens=_LLAMA3_SPECIAL,
+        eos_token="<|eot_id|>",
+        bos_token="<|begin_of_text|>",
+        stop_tokens=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
+        prepends_bos=True,
+        output_markers=("<|eot_id|>",),
+        example_output=_LLAMA3_CALL,
+        config_kwargs={
+            "tie_word_embeddings": tied,
+            "max_position_embeddings": 131072,
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": rope_factor,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
+        notes=notes,
+    )
+
+
 SPECS: dict[Family, FamilySpec] = {
     "qwen2_5": FamilySpec(
         config_class="Qwen2Config",
@@ -169,54 +197,18 @@ SPECS: dict[Family, FamilySpec] = {
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>',
         config_kwargs={"tie_word_embeddings": True, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}},
     ),
-    "llama3_1": FamilySpec(
-        config_class="LlamaConfig",
-        template="trl:llama3_1_chat_template",
-        special_tokens=_LLAMA3_SPECIAL,
-        eos_token="<|eot_id|>",
-        bos_token="<|begin_of_text|>",
-        stop_tokens=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
-        prepends_bos=True,
-        output_markers=("<|eot_id|>",),
-        example_output=_LLAMA3_CALL,
-        config_kwargs={
-            "tie_word_embeddings": False,
-            "max_position_embeddings": 131072,
-            "rope_parameters": {
-                "rope_type": "llama3",
-                "rope_theta": 500000.0,
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-            },
-        },
+    "llama3_1": _llama3(
+        "trl:llama3_1_chat_template",
+        rope_factor=8.0,
+        tied=False,
         notes="A tool call is bare JSON with 'parameters' (no marker), one per turn; TRL's parser closes it on "
         "'}<|eot_id|>', so it needs the stop token in the text (or the ids). <|python_tag|> only precedes "
         "built-in tool calls (builtin_tools=...), which the template ends with <|eom_id|>.",
     ),
-    "llama3_2": FamilySpec(
-        config_class="LlamaConfig",
-        template="trl:llama3_2_chat_template",
-        special_tokens=_LLAMA3_SPECIAL,
-        eos_token="<|eot_id|>",
-        bos_token="<|begin_of_text|>",
-        stop_tokens=("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"),
-        prepends_bos=True,
-        output_markers=("<|eot_id|>",),
-        example_output=_LLAMA3_CALL,
-        config_kwargs={
-            "tie_word_embeddings": True,
-            "max_position_embeddings": 131072,
-            "rope_parameters": {
-                "rope_type": "llama3",
-                "rope_theta": 500000.0,
-                "factor": 32.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 8192,
-            },
-        },
+    "llama3_2": _llama3(
+        "trl:llama3_2_chat_template",
+        rope_factor=32.0,
+        tied=True,
         notes="As Llama 3.1, without built-in tools; the system prompt carries today's date.",
     ),
     "gpt_oss": FamilySpec(
