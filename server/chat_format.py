@@ -141,8 +141,14 @@ def _template_tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_ids(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    *,
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> list[int]:
+    """`template_kwargs` are the request's `chat_template_kwargs` (vLLM's name), e.g. Qwen3's `enable_thinking`."""
     rendered, tools = _fallbacks([_template_message(m) for m in messages], tools, tool_support(tokenizer))
     ids = tokenizer.apply_chat_template(
         rendered,
@@ -150,6 +156,7 @@ def render_ids(
         add_generation_prompt=add_generation_prompt,
         tokenize=True,
         return_dict=False,
+        **(template_kwargs or {}),
     )
     return [int(i) for i in ids]
 
@@ -163,8 +170,13 @@ def oversized(messages: list[dict[str, Any]], limit_tokens: int | None, token_by
     return size if size > limit_tokens * token_bytes else None
 
 
-def render_prompt_ids(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
-    return render_ids(tokenizer, messages, tools, add_generation_prompt=True)
+def render_prompt_ids(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None = None,
+) -> list[int]:
+    return render_ids(tokenizer, messages, tools, add_generation_prompt=True, template_kwargs=template_kwargs)
 
 
 def has_response_parser(tokenizer: Any) -> bool:

@@ -102,8 +102,11 @@ def plan_chat(
             400, f"the messages ({size} bytes) cannot fit the model's context of {limit} tokens; shorten them"
         )
     tools = body.get("tools") if body.get("tool_choice") != "none" else None
+    template_kwargs = body.get("chat_template_kwargs")
+    if template_kwargs is not None and not isinstance(template_kwargs, dict):
+        raise ServiceError(400, 'chat_template_kwargs must be an object, e.g. {"enable_thinking": false}')
     try:
-        prompt_ids = render_prompt_ids(tokenizer, body["messages"], tools)
+        prompt_ids = render_prompt_ids(tokenizer, body["messages"], tools, template_kwargs)
     except Exception as exc:  # jinja errors: a message shape the chat template rejects
         if not getattr(tokenizer, "chat_template", None):
             raise ServiceError(

@@ -236,3 +236,33 @@ async def test_a_model_without_a_chat_template_is_refused_by_name_and_doctor_say
     assert re.search(r"has no chat template.*chat_template\.jinja", raised.value.response.text)
     await client.close()
     await backend.close()
+
+
+async def test_chat_template_kwargs_reach_the_template(server: tuple[str, Path], tmp_path: Path) -> None:
+    """vLLM's `chat_template_kwargs`: Qwen3's `enable_thinking=False` closes an empty think block in the prompt."""
+    import openai
+    from transformers import AutoTokenizer
+
+    url, art_path = server
+    path = build_family_model(tmp_path / "qwen3", "qwen3")
+    config = ModelConfig(engine="scripted", scripted_responses=["Sunny."], lora_rank=4)
+    model = art.TrainableModel(name="no-think", project="families", base_model=str(path), config=config)
+    backend = RemoteBackend(url)
+    await model.register(backend)
+    client = model.openai_client()
+    messages = [{"role": "user", "content": "Weather?"}]
+    reply = await client.chat.completions.create(
+        model=model.name, messages=messages, extra_body={"chat_template_kwargs": {"enable_thinking": False}}
+    )
+    store = TokenStore(art_path / "families" / "models" / model.name / "tokens" / "store.sqlite")
+    record = store.get(reply.id)
+    assert record is not None
+    prompt = AutoTokenizer.from_pretrained(path).decode(record.prompt_ids)
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), prompt
+    store.close()
+    with pytest.raises(openai.BadRequestError):
+        await client.chat.completions.create(
+            model=model.name, messages=messages, extra_body={"chat_template_kwargs": 1}
+        )
+    await client.close()
+    await backend.close()
