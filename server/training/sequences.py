@@ -74,6 +74,9 @@ class BuildStats:
     turns_retokenized: int = 0
     turns_foreign: int = 0
     turns_truncated: int = 0
+    # trajectories with no model turn (replies written in by hand, say): their reward counts in the group's
+    # baseline, but nothing of theirs trains
+    trajectories_without_turns: int = 0
     staleness: dict[int, int] = field(default_factory=dict)  # steps behind -> stored turns
 
     def as_metrics(self) -> dict[str, float]:
@@ -84,6 +87,8 @@ class BuildStats:
         }
         if self.turns_truncated:
             metrics["turns_truncated"] = float(self.turns_truncated)
+        if self.trajectories_without_turns:
+            metrics["trajectories_without_turns"] = float(self.trajectories_without_turns)
         metrics.update({f"turns_staleness_{k}": float(n) for k, n in sorted(self.staleness.items())})
         return metrics
 
@@ -136,7 +141,8 @@ def build_sequences(
         for t, trajectory in enumerate(group.trajectories)
     }
     stats = BuildStats(
-        turns_foreign=sum(len(t.turns) for _, g in chosen for t in g.trajectories) - sum(map(len, ours.values()))
+        turns_foreign=sum(len(t.turns) for _, g in chosen for t in g.trajectories) - sum(map(len, ours.values())),
+        trajectories_without_turns=sum(not t.turns for _, g in chosen for t in g.trajectories),
     )
     records = _stored(store, [turn.completion_id for turns in ours.values() for turn in turns])
     if policy is not None:
