@@ -116,7 +116,7 @@ async def ruler(
     and `litellm_params` (api_base, api_key, temperature, timeout...) go to `litellm.acompletion` as
     given; `response_format=None` sends no JSON schema, for endpoints that reject one (answers are
     validated either way). `tools`: one list for all conversations, or one per conversation.
-    `cache_dir=None` disables the cache. `backoff` sets the waits before asking again after a
+    `cache_dir=None` disables the cache; the default folder is read from ART_AGENTS_RULER_CACHE at each call. `backoff` sets the waits before asking again after a
     timeout, rate limit or 5xx. `debug=True` logs each score with its explanation.
     """
     if not message_lists:
@@ -126,6 +126,8 @@ async def ruler(
         tools = [tools] * len(message_lists)  # type: ignore[list-item]
     ids = trajectory_ids(len(message_lists))
     answer_format = litellm_params.pop("response_format", answer_schema(ids))
+    if cache_dir is DEFAULT_CACHE_DIR:  # the default, not a folder given: the environment may have changed since import
+        cache_dir = default_cache_dir()
     cache = JudgeCache(cache_dir) if cache_dir is not None else None
 
     async def one_pass(pass_index: int, order: list[int]) -> Judgement:

@@ -169,3 +169,14 @@ async def test_answer_can_be_in_any_order(scripted: ScriptedOpenAI) -> None:
         [conversation("t", 0.1), conversation("t", 0.2), conversation("t", 0.3)], **judge_params(scripted)
     )
     assert result.scores == [0.5, 0.5, 0.5]
+
+
+async def test_the_default_cache_folder_is_read_when_scoring_not_at_import(
+    scripted: ScriptedOpenAI, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scripted.default = judge_by_quality
+    monkeypatch.setenv("ART_AGENTS_RULER_CACHE", str(tmp_path / "set-after-import"))
+    params = judge_params(scripted)
+    del params["cache_dir"]  # the default
+    await ruler_score_group(make_group([0.3, 0.6, 0.9]), **params)
+    assert list((tmp_path / "set-after-import").rglob("*.json"))
