@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 # Server folders a command creates by default: `.art` (serve, quickstart, train), `<run>/art` (autorl, mcp-rl).
 RUN_PATTERNS = ("*/*/models/*/model.json", "*/*/*/models/*/model.json")
 SHOWN = ("reward_mean", "reward_std", "loss", "groups_skipped_zero_variance", "turns_retokenized", "train_s")
+SPLIT_REWARD = {"reward_mean": "reward", "reward_std": "reward_std"}  # a split row's names for the reward columns
 
 
 def model_dirs(art_path: Path) -> list[Path]:
@@ -121,7 +122,12 @@ def _table(model_dir: Path) -> Table:
         table.add_column(name, justify="right")
     for row in sorted(read_history(model_dir), key=lambda row: row.get("step", 0)):
         metrics = row.get("metrics", {})
-        table.add_row(str(row.get("step")), *(format_value(metrics.get(name)) for name in SHOWN))
+        split = row.get("split")
+        if split:  # an evaluation (`model.log`): its reward under the reward columns
+            metrics = {**metrics, **{name: metrics.get(f"{split}/{alias}") for name, alias in SPLIT_REWARD.items()}}
+        label = split or row.get("kind", "rl")  # an RL step goes unlabelled: most rows are one
+        step = f"{row.get('step')}" + ("" if label == "rl" else f" {label}")
+        table.add_row(step, *(format_value(metrics.get(name)) for name in SHOWN))
     return table
 
 

@@ -241,3 +241,19 @@ def test_without_matplotlib_the_table_is_printed_and_one_line_names_the_extra(
         "(from a clone: pip install -c constraints.txt -e '.[report]')"
     ]
     assert not out.exists()
+
+
+def test_the_terminal_table_shows_an_evaluations_reward_under_the_reward_columns(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from art_agents.reporting import _table
+
+    rows = [
+        {"step": 1, "kind": "rl", "metrics": {"reward_mean": 0.25, "reward_std": 0.1, "loss": 0.5}},
+        {"step": 1, "split": "val", "metrics": {"val/reward": 0.8, "val/reward_std": 0.05}},
+    ]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    console = Console(record=True, width=200)
+    console.print(_table(tmp_path))
+    lines = [[c.strip() for c in line.split("│")[1:4]] for line in console.export_text().splitlines() if "│" in line]
+    assert ["1", "0.25", "0.1"] in lines and ["1 val", "0.8", "0.05"] in lines
