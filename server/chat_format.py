@@ -203,9 +203,9 @@ def parse_assistant(
 ) -> dict[str, Any]:
     """An OpenAI assistant message from a reply: `text` with special tokens stripped, `token_ids` as sampled (a
     family's markers may be special tokens), `prompt_ids` what came before them (the parser anchors on it)."""
-    raw = text if token_ids is None else tokenizer.decode(token_ids, skip_special_tokens=False)
     parsed = _by_response_parser(tokenizer, text, token_ids, prompt_ids, tools)
-    if parsed is None or not parsed.get("tool_calls"):
+    if parsed is None or not parsed.get("tool_calls"):  # the fallbacks read the markers special tokens would hide
+        raw = text if token_ids is None else tokenizer.decode(token_ids, skip_special_tokens=False)
         if _MISTRAL_CALLS in raw:
             parsed = _parse_mistral(raw, tokenizer)
         elif _HARMONY_CALL.search(raw):
