@@ -15,10 +15,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from scripted_openai import ScriptedOpenAI
-from server_fixtures import server_url, store, tiny_model_path, tokenizer  # noqa: F401
+from server_fixtures import backend, server, server_url, store, tiny_model_path, tokenizer  # noqa: F401
 
 
 @pytest.fixture
 def scripted() -> Iterator[ScriptedOpenAI]:
-    with ScriptedOpenAI() as server:
-        yield server
+    with ScriptedOpenAI() as endpoint:
+        yield endpoint

@@ -2,7 +2,8 @@
 
 `tiny_model_path` builds the tiny model once per test session. `start_server(art_path)` runs the
 real FastAPI app under uvicorn in a background thread on a free loopback port and yields its
-base URL (without `/v1`); `server_url` is that for a fresh art path per test.
+base URL (without `/v1`); `server_url` is that for a fresh art path per test, `server` one per test file
+(with `backend`, a client of it).
 """
 
 from __future__ import annotations
@@ -11,13 +12,14 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 if TYPE_CHECKING:
+    from art_agents.remote import RemoteBackend
     from art_agents.server.storage.token_store import TokenStore
 
 # An OpenAI tool the tests serve and train with.
@@ -85,6 +87,23 @@ def start_server(art_path: str | Path, *, startup_timeout: float = 120.0, **app_
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Iterator[str]:
+    """One server for a whole test file, so the models its tests register load once."""
+    with start_server(tmp_path_factory.mktemp("art")) as url:
+        yield url
+
+
+@pytest.fixture
+async def backend(server: str) -> AsyncIterator[RemoteBackend]:
+    """A client of the file's server, closed after the test."""
+    from art_agents.remote import RemoteBackend
+
+    client = RemoteBackend(server)
+    yield client
+    await client.close()
 
 
 @pytest.fixture

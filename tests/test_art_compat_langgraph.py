@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import warnings
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.prebuilt import create_react_agent
 from langgraph_agents import TOOLS, hermes, tool_call
 from pydantic import BaseModel
-from server_fixtures import start_server
 
 import art_agents as art
 from art_agents.integrations.langgraph import MissingCallsWarning
@@ -114,18 +111,6 @@ async def test_structured_output_asks_through_a_tool_as_art_does(scripted) -> No
     assert "response_format" not in request and request.get("tool_choice") in (None, "auto")
     assert [t["function"]["name"] for t in request["tools"]] == ["Verdict"]
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Iterator[str]:
-    with start_server(tmp_path_factory.mktemp("art")) as url:
-        yield url
-
-
-@pytest.fixture
-async def backend(server: str) -> AsyncIterator[art.RemoteBackend]:
-    backend = art.RemoteBackend(server)
-    yield backend
-    await backend.close()
 
 
 async def test_an_art_langgraph_program_trains_on_the_tokens_it_sampled(backend, tiny_model_path) -> None:

@@ -14,15 +14,13 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
 from fractions import Fraction
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from server_fixtures import start_server
 
-from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup, read_groups
+from art_agents import ModelConfig, TrainableModel, TrainConfig, TrajectoryGroup, read_groups
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "langgraph_planner"
 
@@ -161,18 +159,6 @@ PLAN = "1. Convert 78 minutes to hours.\n2. Multiply by 20 km/h.\n3. Convert km 
 CALL = hermes("calculator", expression="20 * 1000 * 78 / 60")
 FINAL = "20 km/h for 1.3 h is 26 km.\nANSWER: 26000"
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Iterator[str]:
-    with start_server(tmp_path_factory.mktemp("art")) as url:
-        yield url
-
-
-@pytest.fixture
-async def backend(server: str) -> AsyncIterator[RemoteBackend]:
-    backend = RemoteBackend(server)
-    yield backend
-    await backend.close()
 
 
 async def test_planner_worker_and_tools_are_captured_scored_and_trained(backend, tiny_model_path) -> None:

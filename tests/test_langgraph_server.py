@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,6 @@ from langgraph_agents import (
     react_agent,
     writer_then_review,
 )
-from server_fixtures import start_server
 
 from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
 from art_agents.integrations.langgraph import MissingCallsWarning, wrap
@@ -26,18 +24,6 @@ from art_agents.wire import ROLLOUT_HEADER
 
 ANSWER = "The answer is 5."
 
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Iterator[str]:
-    with start_server(tmp_path_factory.mktemp("art")) as url:
-        yield url
-
-
-@pytest.fixture
-async def backend(server: str) -> AsyncIterator[RemoteBackend]:
-    backend = RemoteBackend(server)
-    yield backend
-    await backend.close()
 
 
 async def scripted_model(backend: RemoteBackend, tiny_model_path: Path, name: str, texts: list[str]) -> TrainableModel:
