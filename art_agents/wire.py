@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
@@ -15,6 +15,15 @@ from art_agents.trajectory import Trajectory, TrajectoryGroup
 API_PREFIX = "/v1/art"
 ROLLOUT_HEADER = "x-art-rollout-id"  # names the trajectory a completion belongs to
 _STEP_SUFFIX = re.compile(r"@(\d+)\Z")
+
+
+def _null_is_nan(value: object) -> object:
+    return math.nan if value is None else value
+
+
+# A figure the server reports: JSON has no NaN or infinity, so pydantic writes them as null; null reads back as NaN
+# (a NaN loss in a progress event must reach the client, which then shows the server's error, not a parse failure).
+Metrics = dict[str, Annotated[float, BeforeValidator(_null_is_nan)]]
 
 
 def policy_step_of(model_name: str | None) -> int | None:
@@ -103,7 +112,7 @@ class LogRequest(Schema):
 class LogResult(Schema):
     step: int
     split: str
-    metrics: dict[str, float]
+    metrics: Metrics
     path: str | None = Field(None, description="The trajectories file written, if groups were given.")
 
 
@@ -175,7 +184,7 @@ class TrainResult(Schema):
         False,
         description="No group had a reward spread, so nothing trained: no checkpoint, no history row, `step` unchanged.",
     )
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: Metrics = Field(default_factory=dict)
     config: TrainConfig
 
 
@@ -185,7 +194,7 @@ class TrainEvent(Schema):
     type: Literal["progress", "result", "error"]
     done: int = 0
     total: int = 0
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: Metrics = Field(default_factory=dict)
     result: TrainResult | None = None
     error: str | None = None
 
@@ -199,7 +208,7 @@ class TrainSFTRequest(Schema):
 
 class TrainSFTResult(Schema):
     step: int = Field(description="The step now served (an SFT call always commits one).")
-    metrics: dict[str, float] = Field(default_factory=dict)
+    metrics: Metrics = Field(default_factory=dict)
     config: TrainSFTConfig
 
 

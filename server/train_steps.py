@@ -43,7 +43,7 @@ from art_agents.wire import (
 )
 
 if TYPE_CHECKING:
-    from art_agents.schema import Schema
+    from art_agents.train_config import TrainConfig, TrainSFTConfig
 
 log = logging.getLogger("art_agents.server")
 
@@ -81,7 +81,7 @@ class _Step:
 
     kind: Literal["rl", "sft"]  # the history row's "kind"
     groups: list[TrajectoryGroup]  # written as trajectories/train/<step>.jsonl
-    config: Schema
+    config: TrainConfig | TrainSFTConfig
     max_staleness: int | None  # None: a stored turn of any age (imitation has no importance ratio)
     truncate: bool
     event: type[TrainEvent]
@@ -177,6 +177,8 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
                 work = StepWork(spec.kind, spec.config, policy, spec.groups)  # type: ignore[arg-type]
                 async with served.engine.beside_training():
                     metrics = await asyncio.to_thread(trainer.run, work, progress)
+                if not metrics.get("skipped"):
+                    await asyncio.to_thread(_check_servable, served, step, spec.config.learning_rate)
             finally:
                 served.policy.model.eval()
                 trim_heap()
@@ -232,6 +234,17 @@ def _commit(
         raise CheckpointNotSaved(
             f"{failure}; the trained weights were dropped and the last good checkpoint {step - 1} keeps serving"
         ) from exc
+
+
+def _check_servable(served: ServedModel, step: int, learning_rate: float | list[float]) -> None:
+    """Refuse trained weights that cannot serve before they are committed, putting step's weights back."""
+    from art_agents.server.training.servable import UnservableWeights, check_servable
+
+    try:
+        check_servable(served.policy.model, served.policy.tokenizer, learning_rate)
+    except UnservableWeights as exc:
+        served.policy.load_checkpoint(checkpoints.checkpoint_path(served.model_dir, step))
+        raise UnservableWeights(f"step {step + 1} was not committed: {exc}; step {step} keeps serving") from None
 
 
 def trajectories_path(model_dir: Path, split: str, step: int) -> Path:
