@@ -5,6 +5,9 @@ answer is shown back to the model with the problem named at once, a timeout, rat
 endpoint is asked again after a `Backoff` wait (the server's Retry-After when it sends one), at most
 `max_attempts` requests in all (LiteLLM's own retries are off, so the bound is real and every request
 is seen), and every request's tokens and price are kept. LiteLLM is imported at the first call.
+
+LiteLLM fetches its model price map from GitHub at import: offline that is about 8 s and four warnings, so the
+map bundled with LiteLLM is the default here. Set `LITELLM_LOCAL_MODEL_COST_MAP=False` for the fresh one.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import json
 import logging
 import math
+import os
 import random
 import re
 import time
@@ -30,6 +34,8 @@ M = TypeVar("M", bound=BaseModel)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 logger = logging.getLogger(__name__)
+# Before any `import litellm` that comes through art_agents (RULER, AutoRL, MCP•RL, a notebook importing them first).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 
 class LLMCall(BaseModel):
