@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -38,6 +40,21 @@ def check_bind(host: str, api_key: str | None) -> None:
             f"refusing to bind {host} without an API key: anyone who can reach it could train and replace the model; "
             "pass --api-key (or set ART_AGENTS_API_KEY), or bind 127.0.0.1"
         )
+
+
+def check_port(host: str, port: int) -> None:
+    """Bind the port once, as uvicorn will, before minutes of loading: a port in use fails now, naming the flag."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # uvicorn's option: TIME_WAIT is no conflict
+            probe.bind((host, port))
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ValueError(
+                f"port {port} on {host} is already in use; stop what listens there or pass another --port"
+            ) from exc
+        raise ValueError(f"cannot listen on {host}:{port} ({exc.strerror or exc}); check --host and --port") from exc
 
 
 def serve(
@@ -76,6 +93,7 @@ def serve(
     _use_vllm_python(vllm_python)
     try:
         check_bind(host, api_key)
+        check_port(host, port)
         serve_models = _start_up_models(model, base_model, project)
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
