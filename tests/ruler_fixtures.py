@@ -26,7 +26,7 @@ def judge_params(server: ScriptedOpenAI, **extra: Any) -> dict[str, Any]:
         "judge_model": "openai/judge",
         "api_base": server.base_url,
         "api_key": "sk-test",
-        "timeout": 5,
+        "timeout": 60,  # a loopback judge answers at once; a busy machine must not turn that into a timeout
         "cache_dir": None,
         **extra,
     }

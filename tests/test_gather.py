@@ -4,7 +4,6 @@ errors every rollout would hit stopping the gather at once, timeouts around it."
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from server_fixtures import free_port
@@ -141,15 +140,16 @@ async def ask(model: Model) -> Trajectory:
 
 
 async def stops_at_once(rollouts: list[object]) -> BaseException:
-    """Gather the rollouts beside one that never ends, with a budget they cannot exhaust; return what it raised."""
+    """Gather the rollouts beside one that never ends, with a budget they cannot exhaust; return what it raised.
+
+    The minute's timeout only stands for "never": a gather that did not stop at once would wait for it."""
     cancelled = asyncio.Event()
-    started = time.monotonic()
     with pytest.raises(BaseException) as raised:
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(60):
             work = [TrajectoryGroup(rollouts[i : i + 4]) for i in range(0, len(rollouts), 4)]
             await gather_trajectory_groups([*work, TrajectoryGroup([waits_forever(cancelled)])], max_exceptions=100)
     assert not isinstance(raised.value, TimeoutError), "the gather went on as if the error were one rollout's"
-    assert cancelled.is_set() and time.monotonic() - started < 5
+    assert cancelled.is_set()
     assert "\n" not in str(raised.value)
     return raised.value
 

