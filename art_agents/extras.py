@@ -32,7 +32,7 @@ PROBES = {
     "server": ("torch", "transformers", "peft", "trl", "fastapi", "uvicorn"),
     "mcp": ("mcp",),
     "ruler": ("litellm",),
-    "langgraph": ("langgraph", "langchain_openai"),
+    "langgraph": ("langgraph", "langchain_core", "langchain_openai"),
     "report": ("matplotlib",),
 }
 
@@ -56,6 +56,16 @@ def require_extra(extra: str, *, purpose: str, modules: Sequence[str] | None = N
                 raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         except ImportError as exc:
             raise missing_extra(purpose, extra, exc) from exc
+
+
+def exit_unless_installed(purpose: str, *extras: str) -> None:
+    """For a script's first lines (the examples), before it imports any extra: a missing one ends it at once
+    with the commands' one line, `error: <MissingExtra>` and exit status 1, not with a traceback when first used."""
+    try:
+        for extra in extras:
+            require_extra(extra, purpose=purpose, load=False)
+    except MissingExtra as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def extra_of(exc: ModuleNotFoundError) -> str | None:

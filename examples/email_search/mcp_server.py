@@ -9,6 +9,10 @@ process can serve every rollout (`MCPServer(..., shared=True)`).
 
 from __future__ import annotations
 
+from art_agents.extras import exit_unless_installed
+
+exit_unless_installed("examples/email_search/mcp_server.py", "mcp")  # before any import of them
+
 import os
 import re
 import sqlite3

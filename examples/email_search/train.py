@@ -18,6 +18,10 @@ alone, before and after training, and recorded with `model.log`.
 
 from __future__ import annotations
 
+from art_agents.extras import exit_unless_installed
+
+exit_unless_installed("examples/email_search/train.py", "server", "mcp", "ruler")  # before any import of them
+
 import argparse
 import asyncio
 import os

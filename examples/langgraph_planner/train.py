@@ -16,6 +16,10 @@ exact answer, so nothing but the right number earns it; README.md says why forma
 
 from __future__ import annotations
 
+from art_agents.extras import exit_unless_installed
+
+exit_unless_installed("examples/langgraph_planner/train.py", "server", "langgraph")  # before any import of them
+
 import argparse
 import ast
 import asyncio

@@ -16,6 +16,10 @@ never reaches are solved greedily before and after training and logged with `mod
 
 from __future__ import annotations
 
+from art_agents.extras import exit_unless_installed
+
+exit_unless_installed("examples/logic_puzzles/train.py", "server")  # before any import of them
+
 import argparse
 import asyncio
 import dataclasses

@@ -17,6 +17,10 @@ logged with `model.log(groups, split="val")`, so `history.jsonl` and `art-agents
 
 from __future__ import annotations
 
+from art_agents.extras import exit_unless_installed
+
+exit_unless_installed("examples/tic_tac_toe/train.py", "server")  # before any import of them
+
 import argparse
 import asyncio
 import dataclasses
