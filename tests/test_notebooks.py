@@ -38,7 +38,13 @@ def test_notebook_runs(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert not [o for o in outputs if o.output_type == "error"]
     stderr = "".join(o.text for o in outputs if o.output_type == "stream" and o.name == "stderr")
     assert "Traceback" not in stderr
-    # tqdm.auto (transformers imports it) warns in a notebook without ipywidgets: the `notebook` extra
+    # tqdm.auto (transformers imports it) warns in a notebook without ipywidgets: the `notebooks` extra
     assert not [o for o in outputs if "TqdmWarning" in json.dumps(o)]
     if os.environ.get("ART_AGENTS_STORE_NOTEBOOKS") == "1":
         nbformat.write(notebook, path)
+
+
+def test_getting_started_lists_every_notebook_and_how_to_open_them() -> None:
+    section = (NOTEBOOKS[0].parent.parent / "docs" / "getting-started.md").read_text().split("## Notebooks", 1)[1]
+    assert [path.name for path in NOTEBOOKS if f"`{path.name}`" not in section] == []
+    assert "pip install -c constraints.txt -e '.[notebooks]' && jupyter lab notebooks/" in section
