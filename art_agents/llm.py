@@ -32,6 +32,7 @@ from art_agents.errors import ArtError
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+NO_KEY = "none"  # the key sent to an api_base of your own when none is given or set
 
 logger = logging.getLogger(__name__)
 # Before any `import litellm` that comes through art_agents (RULER, AutoRL, MCP•RL, a notebook importing them first).
@@ -91,6 +92,10 @@ class CannotCall(ArtError):
     """The model cannot be called at all (unknown provider, bad key, rejected request)."""
 
 
+class KeyProblem(CannotCall):
+    """No API key where the provider needs one, or a key it refuses (401): asking again cannot help."""
+
+
 class NoValidAnswer(ArtError):
     """Every attempt failed; `calls` says what each one got."""
 
@@ -140,6 +145,42 @@ def import_litellm() -> Any:
 
     litellm.suppress_debug_info = True
     return litellm
+
+
+def missing_keys(model: str, api_key: str | None = None) -> list[str]:
+    """The variables of an API key that `model`'s provider needs and that are unset (none when `api_key` is
+    given), as LiteLLM's `validate_environment` names them. Settings that are not keys (regions, projects, AWS
+    credentials a role may supply) are not asked for."""
+    if api_key:
+        return []
+    litellm = import_litellm()
+    try:
+        provider = litellm.get_llm_provider(model=model)[1]
+    except Exception:  # an unknown provider: the request names it, as LiteLLM words it
+        return []
+    if litellm.api_key or getattr(litellm, f"{provider}_key", None):  # set in code, as LiteLLM allows
+        return []
+    named = litellm.validate_environment(model=model)["missing_keys"]
+    return [v for v in named if v.endswith(("_API_KEY", "_API_TOKEN")) and not os.environ.get(v)]
+
+
+def check_key(
+    model: str, litellm_params: Mapping[str, Any] | None = None, *, role: str = "", option: str = "api_key"
+) -> dict[str, Any]:
+    """`litellm_params` ready for a request to `model`, or KeyProblem naming the variable and `option` (the flag or
+    keyword that passes a key) when its provider needs a key that is neither given nor set: found before any
+    request, instead of a connection error after every retry.
+
+    An api_base of your own may need no key: there a placeholder stands in for a missing one, since OpenAI's
+    client will not start without one (an endpoint that does want a key answers 401, which is named as such).
+    """
+    params = dict(litellm_params or {})
+    if not (missing := missing_keys(model, params.get("api_key"))):
+        return params
+    if params.get("api_base") or params.get("base_url"):
+        return {**params, "api_key": NO_KEY}
+    who = f"{role} {model!r}" if role else repr(model)
+    raise KeyProblem(f"{who} needs an API key: set {' or '.join(missing)}, or pass {option}")
 
 
 def retryable_errors() -> tuple[type[BaseException], ...]:
@@ -253,12 +294,13 @@ async def ask_until_valid(
 
     `reask(problem)` is the user message that follows a rejected answer, sent at once; a request that
     fails in transit (`retryable_errors`) is sent again after `backoff`'s wait. Raises CannotCall for
-    an error that asking again cannot fix, NoValidAnswer when every attempt failed.
+    an error that asking again cannot fix (KeyProblem for a missing key, before any request, or a refused
+    one), NoValidAnswer when every attempt failed.
     """
     if max_attempts < 1:
         raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
+    params: dict[str, Any] = {"num_retries": 0, "max_retries": 0, **check_key(model, litellm_params)}
     litellm = import_litellm()
-    params: dict[str, Any] = {"num_retries": 0, "max_retries": 0, **(litellm_params or {})}
     if response_format is not None:
         params["response_format"] = response_format
     retryable = retryable_errors()
@@ -291,6 +333,8 @@ async def ask_until_valid(
                 )
                 await asyncio.sleep(wait)
             continue
+        except litellm.AuthenticationError as exc:
+            raise KeyProblem(f"{model!r} refused the API key (401 authentication error): {exc}") from exc
         except Exception as exc:
             raise CannotCall(f"{model!r} cannot be called: {type(exc).__name__}: {exc}") from exc
         call = accounting(response, attempt, time.perf_counter() - started)

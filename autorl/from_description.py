@@ -207,11 +207,18 @@ async def prepare_task(config: AutoRLConfig, folder: RunFolder, echo: Echo = pri
 
 
 async def prepare_run(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = print) -> tuple[RunFolder, TaskData]:
-    """The run folder claimed for this task, and its data (saved, or generated now)."""
+    """The run folder claimed for this task, and its data (saved, or generated now).
+
+    The folder and the judge's and generator's keys are checked before anything is written."""
     folder = RunFolder(config.out)
+    folder.check(_task(config), fresh=fresh)
+    config.check_keys(judge=True, generator=True)
     if folder.claim(_task(config), fresh=fresh):
         echo(f"resuming the run in {folder.path}")
-    return folder, await prepare_task(config, folder, echo)
+    try:
+        return folder, await prepare_task(config, folder, echo)
+    except GenerationError as exc:
+        raise exc.saved(folder.saved()) from exc
 
 
 async def run_autorl(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = print) -> AutoRLSummary:

@@ -21,6 +21,7 @@ from art_agents.llm import (
     CallTotals,
     CannotCall,
     InvalidAnswer,
+    KeyProblem,
     LLMCall,
     NoValidAnswer,
     ask_until_valid,
@@ -30,7 +31,6 @@ from art_agents.llm import (
 
 Item = TypeVar("Item", bound=BaseModel)
 _WORDS = re.compile(r"[a-z0-9]+")
-_NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")  # also inside a token: "25C", "v2", "3.5kg"
 _NUMBERS = re.compile(r"\d+(?:[.,]\d+)*")  # also inside a token: "25C", "v2", "3.5kg"
 DEFAULT_SIMILARITY = 0.85
 
@@ -45,9 +45,15 @@ class GenerationError(ArtError):
         super().__init__(message)
         self.calls = list(calls)
 
+    def saved(self, what: str) -> GenerationError:
+        """This error ending with what the run folder holds (`RunFolder.saved`), for a run that stops here."""
+        return GenerationError(f"{self}; {what}", self.calls)
+
     @classmethod
     def of(cls, exc: CannotCall | NoValidAnswer, earlier: Sequence[LLMCall] = ()) -> GenerationError:
         """The error for a generator request that failed, with the fix for its kind of failure."""
+        if isinstance(exc, KeyProblem):  # names the key and how to pass one
+            return cls(f"generator {exc}", earlier)
         if isinstance(exc, CannotCall):
             return cls(
                 f"generator {exc}. Check --generator-model (any LiteLLM model string, e.g. 'openai/gpt-4.1-mini'), "
@@ -59,7 +65,7 @@ class GenerationError(ArtError):
             if exc.unreachable
             else "Use a stronger generator model or raise max_attempts"
         )
-        return cls(f"generator {exc}. {fix}; nothing was saved", [*earlier, *exc.calls])
+        return cls(f"generator {exc}. {fix}", [*earlier, *exc.calls])
 
 
 class Generated(CallTotals, BaseModel, Generic[Item]):

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import Field
 
 from art_agents.autorl.evaluation import EvalReport, evaluate, saved_evaluation
-from art_agents.autorl.generation import Generation
+from art_agents.autorl.generation import Generation, GenerationError
 from art_agents.autorl.mcp_rl_config import MCPRLConfig
 from art_agents.autorl.run_config import RunSummary, registered_model
 from art_agents.autorl.run_folder import RunFolder
@@ -37,6 +37,7 @@ from art_agents.loop import StepRecord, load_function, train_loop
 from art_agents.model import TrainableModel
 
 Echo = Callable[[str], None]
+SCENARIOS_FILE = "scenarios.jsonl"
 
 
 class MCPRLSummary(RunSummary):
@@ -62,14 +63,14 @@ async def prepare_scenarios(
     config: MCPRLConfig, folder: RunFolder, session: Any, echo: Echo, given: Sequence[ScenarioDraft | str] | None = None
 ) -> list[Scenario]:
     """The saved scenarios; else the `given` ones, or new ones from the generator; split and saved."""
-    saved = folder.read_jsonl("scenarios.jsonl", Scenario)
+    saved = folder.read_jsonl(SCENARIOS_FILE, Scenario)
     if saved is not None:
-        echo(f"reusing {len(saved)} scenarios from {folder.file('scenarios.jsonl')}")
+        echo(f"reusing {len(saved)} scenarios from {folder.file(SCENARIOS_FILE)}")
         return saved
     if given is not None:
         drafts = [ScenarioDraft(task=g, difficulty=1) if isinstance(g, str) else g for g in given]
         scenarios = split_scenarios(drafts, config.val_scenarios, config.seed)
-        folder.write_jsonl("scenarios.jsonl", list(scenarios))
+        folder.write_jsonl(SCENARIOS_FILE, list(scenarios))
         return scenarios
     generator, params = config.generation_params()
     description = describe_server(session.openai_tools(), session.instructions, await session.list_resources())
@@ -80,7 +81,7 @@ async def prepare_scenarios(
     folder.write_json(
         "generation.json", Generation(generator_model=generator).plus(generated.calls, generated.duplicates_dropped)
     )
-    folder.write_jsonl("scenarios.jsonl", list(scenarios))  # last: its presence means generation finished
+    folder.write_jsonl(SCENARIOS_FILE, list(scenarios))  # last: its presence means generation finished
     return scenarios
 
 
@@ -113,14 +114,20 @@ async def run_mcp_rl(
     if reward is None and config.judge_model is None:
         raise ValueError("give --judge-model (RULER rewards) or --reward module:function")
     folder = RunFolder(config.out)
-    if folder.claim(_task(config), fresh=fresh):
-        echo(f"resuming the run in {folder.path}")
-    if config.sft_warmup and pending(folder):
+    resuming = folder.check(_task(config), fresh=fresh)  # every check before the folder is claimed
+    generating = scenarios is None and not (resuming and folder.file(SCENARIOS_FILE).is_file())
+    config.check_keys(judge=reward is None, generator=generating)
+    if config.sft_warmup and not (resuming and not pending(folder)):
         await check_teacher(teacher(config))
     server = config.mcp_server
     async with server:
-        async with server.session() as probe:
-            tasks = await prepare_scenarios(config, folder, probe, echo, scenarios)
+        async with server.session() as probe:  # the server starts (a missing command fails here)
+            if folder.claim(_task(config), fresh=fresh):
+                echo(f"resuming the run in {folder.path}")
+            try:
+                tasks = await prepare_scenarios(config, folder, probe, echo, scenarios)
+            except GenerationError as exc:
+                raise exc.saved(folder.saved()) from exc
         train = [s for s in tasks if s.split == "train"]
         val = [s for s in tasks if s.split == "val"]
         scorer = GroupScorer(

@@ -14,6 +14,7 @@ from art_agents.autorl.evaluation import EvalReport
 from art_agents.autorl.generation import Generation, spend_text
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.errors import ArtError
+from art_agents.llm import check_key
 from art_agents.model import TrainableModel
 from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig
@@ -68,6 +69,15 @@ class RunConfig(Schema):
             "pipeline": self.pipeline,
             "max_steps_off_policy": self.max_steps_off_policy,
         }
+
+    def check_keys(self, *, judge: bool, generator: bool) -> None:
+        """Before anything is written or started: the judge (when `judge`) and the generator (when `generator`)
+        have the API keys their providers need (KeyProblem, naming the variable and the flag)."""
+        if judge and self.judge_model is not None:
+            check_key(self.judge_model, self.judge_params, role="judge", option="--judge-api-key")
+        if generator:
+            model, params = self.generation_params()
+            check_key(model, params, role="generator", option="--generator-api-key")
 
     def generation_params(self) -> tuple[str, dict[str, Any]]:
         """The generator's model string and LiteLLM keywords (the judge's when no generator is given)."""

@@ -37,14 +37,12 @@ class RunFolder:
     def file(self, name: str) -> Path:
         return self.path / name
 
-    def claim(self, task: dict[str, Any], *, fresh: bool = False) -> bool:
-        """Make the folder this task's; True when it already was (a resume).
-
-        `fresh=True` deletes a previous run first. A folder made for another task is refused.
-        """
+    def check(self, task: dict[str, Any], *, fresh: bool = False) -> bool:
+        """True when the folder holds this task's run (a resume); a folder of another task, or not a run folder,
+        is refused. Writes nothing: a run checks this first and claims the folder once its checks pass."""
         task_file = self.file("task.json")
-        if fresh and self.path.exists():
-            shutil.rmtree(self.path)
+        if fresh:  # `claim` deletes what is there
+            return False
         if task_file.is_file():
             previous = json.loads(task_file.read_text(encoding="utf-8"))
             differing = sorted(k for k in set(previous) | set(task) if previous.get(k) != task.get(k))
@@ -58,8 +56,24 @@ class RunFolder:
             raise RunFolderMismatch(
                 f"{self.path} is not empty and holds no task.json, so it is not a run folder; use another --out"
             )
-        write_text_atomic(task_file, json.dumps(task, indent=2, sort_keys=True) + "\n")
         return False
+
+    def claim(self, task: dict[str, Any], *, fresh: bool = False) -> bool:
+        """Make the folder this task's, as `check` allows; True when it already was (a resume).
+
+        `fresh=True` deletes a previous run first.
+        """
+        if fresh and self.path.exists():
+            shutil.rmtree(self.path)
+        if self.check(task):
+            return True
+        write_text_atomic(self.file("task.json"), json.dumps(task, indent=2, sort_keys=True) + "\n")
+        return False
+
+    def saved(self) -> str:
+        """What the folder holds, for the error of a run that stopped: the user must know what is kept."""
+        names = sorted(p.name for p in self.path.iterdir()) if self.path.is_dir() else []
+        return f"saved in {self.path}: {', '.join(names)}" if names else "nothing was saved"
 
     def read_jsonl(self, name: str, model: type[M]) -> list[M] | None:
         path = self.file(name)

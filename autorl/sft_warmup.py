@@ -21,6 +21,7 @@ from pydantic import Field
 from art_agents.distill import keep_best
 from art_agents.errors import ArtError
 from art_agents.fatal import fatal_error
+from art_agents.llm import KeyProblem
 from art_agents.schema import Schema
 from art_agents.trajectory import TrajectoryGroup
 
@@ -68,7 +69,13 @@ def teacher(config: MCPRLConfig) -> Model:
 
 
 async def check_teacher(model: Model) -> None:
-    """Fail before anything runs when the teacher cannot be reached or refuses the key (`GET /models`)."""
+    """Fail before anything runs when the teacher has no key for OpenAI's endpoint, cannot be reached or refuses
+    the key (`GET /models`)."""
+    if model.inference_base_url == OPENAI_API_BASE and not model.inference_api_key:
+        raise KeyProblem(
+            f"the SFT warmup's teacher {model.served_name!r} needs an API key: set OPENAI_API_KEY, or pass "
+            "--teacher-api-key (or --teacher-api-base for another endpoint)"
+        )
     client = model.openai_client()
     try:
         await client.models.list()

@@ -1,6 +1,6 @@
 """RULER: relative rewards for a group of trajectories from one LLM judge call."""
 
-from art_agents.llm import Backoff
+from art_agents.llm import Backoff, check_key
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import InvalidJudgement, JudgeCall, JudgeScore, RulerError, parse_judgement
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, common_prefix_length, render_judge_messages
@@ -16,6 +16,7 @@ __all__ = [
     "JudgeScore",
     "RulerError",
     "RulerResult",
+    "check_key",
     "common_prefix_length",
     "default_cache_dir",
     "kendall_tau",

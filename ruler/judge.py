@@ -21,6 +21,7 @@ from art_agents.llm import (
     Backoff,
     CannotCall,
     InvalidAnswer,
+    KeyProblem,
     LLMCall,
     NoValidAnswer,
     ask_until_valid,
@@ -35,6 +36,8 @@ class RulerError(ArtError):
     @classmethod
     def of(cls, exc: CannotCall | NoValidAnswer) -> RulerError:
         """The error for a judge request that failed, with the fix for its kind of failure."""
+        if isinstance(exc, KeyProblem):  # names the key and how to pass one
+            return cls(f"judge {exc}")
         if isinstance(exc, CannotCall):
             return cls(
                 f"judge {exc}. Check the model string, api_base and api_key (any LiteLLM model string works, e.g. "

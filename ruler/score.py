@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from art_agents.extras import require_extra
-from art_agents.llm import DEFAULT_BACKOFF, Backoff, CallTotals
+from art_agents.llm import DEFAULT_BACKOFF, Backoff, CallTotals, KeyProblem
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import JudgeCall, Judgement, JudgeScore, judge
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, Messages, Tools, render_judge_messages, trajectory_ids
@@ -216,7 +216,7 @@ async def ruler_score_group(
             **litellm_params,
         )
     except Exception as exc:
-        if not swallow_exceptions:
+        if not swallow_exceptions or isinstance(exc.__cause__, KeyProblem):  # a key problem would drop every group
             raise
         logger.warning("RULER dropped a group of %d trajectories: %s", len(group.trajectories), exc)
         return None
