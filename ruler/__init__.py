@@ -1,6 +1,6 @@
 """RULER: relative rewards for a group of trajectories from one LLM judge call."""
 
-from art_agents.llm import Backoff, check_key
+from art_agents.llm import Backoff, KeyProblem, check_key
 from art_agents.ruler.cache import JudgeCache, default_cache_dir
 from art_agents.ruler.judge import InvalidJudgement, JudgeCall, JudgeScore, RulerError, parse_judgement
 from art_agents.ruler.prompt import DEFAULT_RUBRIC, common_prefix_length, render_judge_messages
@@ -14,6 +14,7 @@ __all__ = [
     "JudgeCache",
     "JudgeCall",
     "JudgeScore",
+    "KeyProblem",
     "RulerError",
     "RulerResult",
     "check_key",

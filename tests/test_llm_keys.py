@@ -159,3 +159,17 @@ def test_a_refused_generator_key_stops_autorl_saying_what_was_saved(tmp_path: Pa
     saved = sorted(p.name for p in out.iterdir())
     assert f"; saved in {out}: {', '.join(saved)} (details: " in line and "nothing was saved" not in line
     assert "could not be reached" not in line and "more time" not in line
+
+
+def test_the_email_example_names_the_judge_key_before_it_builds_or_loads_anything(tmp_path: Path) -> None:
+    script = Path(__file__).parents[1] / "examples" / "email_search" / "train.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--tiny"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        env={k: v for k, v in ENV_WITHOUT_KEY.items() if k not in ("JUDGE_BASE_URL", "JUDGE_API_KEY")},
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "error: judge 'openai/gpt-4.1-mini' needs an API key: set OPENAI_API_KEY, or pass --judge-api-key "
+        "(or a --judge-base-url of your own)"
+    ]
+    assert list(tmp_path.iterdir()) == []  # no inbox, no tiny model, no server folder

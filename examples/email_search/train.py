@@ -37,7 +37,7 @@ from inbox import Question, generate_inbox, write_questions, write_sqlite
 
 import art_agents as art
 from art_agents.integrations.mcp import MCPServer, MCPSession
-from art_agents.ruler import ruler_score_group
+from art_agents.ruler import KeyProblem, check_key, ruler_score_group
 
 HERE = Path(__file__).resolve().parent
 PROJECT = "email-search"
@@ -352,7 +352,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main() -> None:
-    asyncio.run(run(parse_args()))
+    args = parse_args()
+    try:  # the judge's key, before minutes of loading and rollouts
+        check_key(
+            args.judge_model,
+            judge_params(args),
+            role="judge",
+            option="--judge-api-key (or a --judge-base-url of your own)",
+        )
+    except KeyProblem as exc:
+        raise SystemExit(f"error: {exc}") from None
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":
