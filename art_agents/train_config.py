@@ -6,13 +6,21 @@ traced to the settings that produced it.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
 
 from art_agents.schema import Schema
 
 LossType = Literal["grpo", "dr_grpo", "dapo", "cispo"]
+# A learning rate as a pydantic constraint, refused in its standard words like every bound in this file. A rate may be
+# 0 (where a decayed schedule ends); NaN and inf pass a `ge` bound, so they are refused by name.
+Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+def _rate_or_schedule(value: Any) -> str:
+    """Which form a learning rate takes, so that a bad one gets that form's error only, not one per form."""
+    return "schedule" if isinstance(value, list) else "rate"
 
 
 class TrainConfig(Schema):
@@ -297,11 +305,16 @@ class TrainSFTConfig(Schema):
 
     model_config = ConfigDict(extra="forbid")
 
-    learning_rate: float | list[float] = Field(
+    learning_rate: Annotated[
+        Annotated[Rate, Tag("rate")] | Annotated[list[Rate], Tag("schedule"), Field(min_length=1)],
+        Discriminator(_rate_or_schedule),
+    ] = Field(
         5e-5,
         description=(
             "AdamW learning rate: one number for every batch, or one per batch in order (a schedule such as "
-            "`art_agents.utils.sft.create_lr_schedule` builds), as many as the call has batches."
+            "`art_agents.utils.sft.create_lr_schedule` builds), as many as the call has batches. A LoRA "
+            "usually wants more than this full fine-tuning default: 1e-4, or 1e-3 for a small model learning a format "
+            "(docs/sft.md)."
         ),
     )
     batch_size: int | Literal["auto"] = Field(
@@ -322,10 +335,7 @@ class TrainSFTConfig(Schema):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
 
     @model_validator(mode="after")
-    def _positive(self) -> TrainSFTConfig:
-        rates = self.learning_rate if isinstance(self.learning_rate, list) else [self.learning_rate]
-        if not rates or any(rate < 0 for rate in rates):  # a decayed schedule ends at 0
-            raise ValueError("learning_rate must be a number >= 0 or a non-empty list of them")
+    def _batch_size(self) -> TrainSFTConfig:
         if self.batch_size != "auto" and self.batch_size < 1:
             raise ValueError(f"batch_size must be at least 1 or 'auto', got {self.batch_size}")
         return self
