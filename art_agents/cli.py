@@ -11,15 +11,38 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
+import typer.core
 from pydantic import ValidationError
 
 import art_agents
 from art_agents.parts import CLI_PARTS, load
 
-app = typer.Typer(name="art-agents", help="Train LLM agents with RL on their own experience.", no_args_is_help=True)
+
+class _FlagsWithoutType:
+    """typer writes a type for every option (`--help <bool>`); a flag takes no value, so its column stays empty."""
+
+    def get_params(self, ctx: typer.Context) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if isinstance(param, typer.core.TyperOption) and param.is_flag and param.metavar is None:
+                param.metavar = ""
+        return params
+
+
+class Group(_FlagsWithoutType, typer.core.TyperGroup):
+    pass
+
+
+class Command(_FlagsWithoutType, typer.core.TyperCommand):
+    pass
+
+
+app = typer.Typer(
+    name="art-agents", help="Train LLM agents with RL on their own experience.", no_args_is_help=True, cls=Group
+)
 
 R = TypeVar("R")
 
@@ -86,6 +109,9 @@ def load_parts() -> list[str]:
             missing.append(hint)
             continue
         register(app)
+    for command in app.registered_commands:
+        if command.cls in (None, typer.core.TyperCommand):  # typer's own, not one a part chose
+            command.cls = Command
     return missing
 
 

@@ -11,7 +11,9 @@ import typer
 
 
 def train(
-    job_file: Annotated[Path, typer.Argument(exists=True, help="TOML file describing the job (see docs/cli.md).")],
+    job_file: Annotated[
+        Path, typer.Argument(exists=True, metavar="JOB_FILE", help="TOML file describing the job (see docs/cli.md).")
+    ],
 ) -> None:
     """Train a model with the standard loop from a TOML job file."""
     import tomllib

@@ -22,6 +22,17 @@ LEARNING_RATE_HELP = (
 )
 PIPELINE_HELP = "Roll out the next steps while one trains, at most --max-steps-off-policy behind (default off)."
 Pipeline = Annotated[bool | None, Opt("--pipeline/--no-pipeline", help=PIPELINE_HELP)]
+Fresh = Annotated[bool, Opt("--fresh", help="Delete the run folder's previous run and start over.")]
+REQUIRED = "Required (here or in --config)."
+KEY_HELP = (
+    "API key of the {role}. Default: its provider's variable (OPENAI_API_KEY for openai/...); a --{role}-api-base "
+    "of your own needs none. A missing key stops the run before it starts."
+)
+BaseModel = Annotated[str | None, Opt(help=f"Hub id or local folder of the model to train. {REQUIRED}")]
+JudgeApiBase = Annotated[str | None, Opt(help="OpenAI-compatible URL of the judge (your own server).")]
+JudgeApiKey = Annotated[str | None, Opt(help=KEY_HELP.format(role="judge"))]
+GeneratorApiBase = Annotated[str | None, Opt(help="OpenAI-compatible URL of the generator (your own server).")]
+GeneratorApiKey = Annotated[str | None, Opt(help=KEY_HELP.format(role="generator"))]
 StepsOffPolicy = Annotated[int | None, Opt(help="With --pipeline, how many steps stale a rollout may be (default 1).")]
 C = TypeVar("C", bound="RunConfig")
 R = TypeVar("R")
@@ -62,17 +73,26 @@ def _run(job: Callable[[], Awaitable[R]], out: Path) -> R:
 
 def mcp_rl(
     config: Annotated[Path | None, Opt(exists=True, help="TOML file with these settings; flags override it.")] = None,
-    server: Annotated[str | None, Opt(help='Command of a stdio MCP server, e.g. "uvx mcp-server-time".')] = None,
-    url: Annotated[str | None, Opt(help="Streamable HTTP URL of an MCP server.")] = None,
-    header: Annotated[list[str] | None, Opt(help="HTTP header for --url as NAME=VALUE; repeatable.")] = None,
+    server: Annotated[
+        str | None,
+        Opt(
+            help='Command of a stdio MCP server, e.g. "uvx mcp-server-time" (uvx comes with uv: pip install uv). '
+            "This or --url is required (here or in --config)."
+        ),
+    ] = None,
+    url: Annotated[str | None, Opt(help="Streamable HTTP URL of an MCP server, instead of --server.")] = None,
+    header: Annotated[list[str] | None, Opt(metavar="NAME=VALUE", help="HTTP header for --url; repeatable.")] = None,
     shared_session: Annotated[bool | None, Opt(help="One MCP session for all rollouts (read-only servers).")] = None,
-    base_model: Annotated[str | None, Opt(help="Hub id or local folder of the model to train.")] = None,
-    judge_model: Annotated[str | None, Opt(help="LiteLLM model string of the RULER judge.")] = None,
-    judge_api_base: Annotated[str | None, Opt(help="api_base for the judge (local servers).")] = None,
-    judge_api_key: Annotated[str | None, Opt(help="api_key for the judge.")] = None,
+    base_model: BaseModel = None,
+    judge_model: Annotated[
+        str | None,
+        Opt(help="LiteLLM model string of the RULER judge, e.g. openai/gpt-4.1-mini. This or --reward is required."),
+    ] = None,
+    judge_api_base: JudgeApiBase = None,
+    judge_api_key: JudgeApiKey = None,
     generator_model: Annotated[str | None, Opt(help="Writes the scenarios; default: the judge model.")] = None,
-    generator_api_base: Annotated[str | None, Opt(help="api_base for the generator (local servers).")] = None,
-    generator_api_key: Annotated[str | None, Opt(help="api_key for the generator.")] = None,
+    generator_api_base: GeneratorApiBase = None,
+    generator_api_key: GeneratorApiKey = None,
     reward: Annotated[
         str | None, Opt(help="module:function (scenario, trajectory) -> float, instead of RULER.")
     ] = None,
@@ -95,7 +115,7 @@ def mcp_rl(
     max_tokens: Annotated[int | None, Opt(help="Tokens per model call (default 256).")] = None,
     learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default mcp-rl-run).")] = None,
-    fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
+    fresh: Fresh = False,
 ) -> None:
     """Train a model to use an MCP server's tools: scenarios, rollouts, RULER, GRPO, evaluation.
 
@@ -141,15 +161,19 @@ def mcp_rl(
 
 def autorl(
     config: Annotated[Path | None, Opt(exists=True, help="TOML file with these settings; flags override it.")] = None,
-    task: Annotated[str | None, Opt(help="What the model should learn to do, in plain words.")] = None,
+    task: Annotated[
+        str | None, Opt(help="What the model should learn to do, in plain words. This or --task-file is required.")
+    ] = None,
     task_file: Annotated[Path | None, Opt(exists=True, help="A file holding the task description.")] = None,
-    base_model: Annotated[str | None, Opt(help="Hub id or local folder of the model to train.")] = None,
-    judge_model: Annotated[str | None, Opt(help="LiteLLM model string of the judge, e.g. openai/gpt-4.1-mini.")] = None,
-    judge_api_base: Annotated[str | None, Opt(help="api_base for the judge (local servers).")] = None,
-    judge_api_key: Annotated[str | None, Opt(help="api_key for the judge.")] = None,
+    base_model: BaseModel = None,
+    judge_model: Annotated[
+        str | None, Opt(help=f"LiteLLM model string of the judge, e.g. openai/gpt-4.1-mini. {REQUIRED}")
+    ] = None,
+    judge_api_base: JudgeApiBase = None,
+    judge_api_key: JudgeApiKey = None,
     generator_model: Annotated[str | None, Opt(help="Writes inputs, prompt and rubric; default: the judge.")] = None,
-    generator_api_base: Annotated[str | None, Opt(help="api_base for the generator (local servers).")] = None,
-    generator_api_key: Annotated[str | None, Opt(help="api_key for the generator.")] = None,
+    generator_api_base: GeneratorApiBase = None,
+    generator_api_key: GeneratorApiKey = None,
     steps: Annotated[int | None, Opt(help="Total training steps (default 10).")] = None,
     group_size: Annotated[int | None, Opt(help="Rollouts per input (default 4).")] = None,
     groups_per_step: Annotated[int | None, Opt(help="Inputs per step (default 4).")] = None,
@@ -164,9 +188,10 @@ def autorl(
     max_tokens: Annotated[int | None, Opt(help="Tokens per answer (default 256).")] = None,
     learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default autorl-run).")] = None,
-    fresh: Annotated[bool, Opt(help="Delete the run folder's previous run and start over.")] = False,
+    fresh: Fresh = False,
     dry_run: Annotated[
-        bool, Opt(help="Only generate (or show) the prompt, rubric and inputs; edit them, then run without it.")
+        bool,
+        Opt("--dry-run", help="Only generate (or show) the prompt, rubric and inputs; edit them, then run without it."),
     ] = False,
 ) -> None:
     """Train a model on a task described in words: invented inputs, a generated rubric, RULER, GRPO.

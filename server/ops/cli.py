@@ -226,7 +226,7 @@ def _model_type(base_model: str) -> str | None:
 
 
 def tiny_model(
-    path: Annotated[Path, typer.Argument(help="Folder to write the model into.")],
+    path: Annotated[Path, typer.Argument(metavar="PATH", help="Folder to write the model into.")],
     arch: Annotated[str, typer.Option(help="qwen3 or llama.")] = "qwen3",
     seed: Annotated[int, typer.Option(help="Seed of the random weights (the same seed builds the same model).")] = 0,
 ) -> None:
@@ -245,7 +245,7 @@ def quickstart(
         Path, typer.Option(help="Server folder (the quickstart's model lives in quickstart/ inside it).")
     ] = DEFAULT_ART_PATH,
     fresh: Annotated[
-        bool, typer.Option(help="Delete the quickstart's earlier checkpoints and start at step 0.")
+        bool, typer.Option("--fresh", help="Delete the quickstart's earlier checkpoints and start at step 0.")
     ] = False,
     rollouts: Annotated[
         int, typer.Option(help="Rollouts per prompt each round; more make a round without reward spread rarer.")
