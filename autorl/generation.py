@@ -61,7 +61,8 @@ class GenerationError(ArtError):
                 earlier,
             )
         fix = (
-            "Check that the generator is running and its api_base, or give it more time (a `timeout` parameter)"
+            "Check that the generator is running and its api_base, or give it more time (`timeout` in "
+            "generator_params: a [generator_params] table in --config)"
             if exc.unreachable
             else "Use a stronger generator model or raise max_attempts"
         )
