@@ -12,6 +12,7 @@ from art_agents import dev, local, utils  # ART's `art.dev`, `art.local`, `art.u
 from art_agents.backend import Backend, LocalBackend
 from art_agents.capture import current_trajectory, record_completion, record_tool_call, rollout, span
 from art_agents.errors import ArtError, ServerError, SetupError, TooManyExceptions
+from art_agents.evaluation import Evaluation, evaluate
 from art_agents.gather import gather_trajectories, gather_trajectory_groups
 from art_agents.jsonl import read_groups, write_groups
 from art_agents.loop import StepRecord, train_loop
@@ -37,6 +38,7 @@ __all__ = [
     "ArtError",
     "Backend",
     "ChatMessage",
+    "Evaluation",
     "History",
     "LocalBackend",
     "Model",
@@ -59,6 +61,7 @@ __all__ = [
     "__version__",
     "current_trajectory",
     "dev",
+    "evaluate",
     "gather_trajectories",
     "gather_trajectory_groups",
     "local",

@@ -22,6 +22,7 @@ from art_agents.wire import policy_step_of
 
 _current: ContextVar[Trajectory | None] = ContextVar("art_agents_trajectory", default=None)
 _span: ContextVar[str | None] = ContextVar("art_agents_span", default=None)
+_request_overrides: ContextVar[dict[str, Any] | None] = ContextVar("art_agents_request_overrides", default=None)
 
 
 P = ParamSpec("P")
@@ -40,6 +41,23 @@ def span(name: str) -> Iterator[None]:
         yield
     finally:
         _span.reset(token)
+
+
+def request_overrides() -> dict[str, Any] | None:
+    """Fields every chat completion request made in this context carries instead of its own, or None."""
+    return _request_overrides.get()
+
+
+@contextlib.contextmanager
+def overriding_requests(fields: dict[str, Any]) -> Iterator[None]:
+    """Set `fields` (the model name of a pinned step, the temperature of greedy decoding) in every chat completion
+    request that clients the toolkit builds make inside: how an evaluation runs a rollout written for one model
+    against another model, or greedily, without changing the rollout."""
+    token = _request_overrides.set(fields or None)
+    try:
+        yield
+    finally:
+        _request_overrides.reset(token)
 
 
 class Rollout:

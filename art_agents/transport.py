@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from art_agents.capture import current_trajectory, record_completion
+from art_agents.capture import current_trajectory, record_completion, request_overrides
 from art_agents.trajectory import Trajectory
 from art_agents.wire import ROLLOUT_HEADER
 
@@ -62,6 +62,22 @@ class _Call:
                 "usage": stream.usage,
             }
             self.record(stream.message(), summary)
+
+
+def _overridden(request: httpx.Request) -> httpx.Request:
+    """The request with `request_overrides()` set in its JSON body (the request itself when there are none)."""
+    fields = request_overrides()
+    if not fields or not _is_chat_completion(request):
+        return request
+    try:
+        body = json.loads(request.content or b"{}")
+    except json.JSONDecodeError:
+        return request
+    if not isinstance(body, dict):
+        return request
+    headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
+    content = json.dumps({**body, **fields}).encode()
+    return httpx.Request(request.method, request.url, headers=headers, content=content, extensions=request.extensions)
 
 
 def _prepare(request: httpx.Request) -> _Call | None:
@@ -182,6 +198,7 @@ class CaptureAsyncTransport(httpx.AsyncBaseTransport):
         self._inner = inner or httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request = _overridden(request)
         call = _prepare(request)
         response = await self._inner.handle_async_request(request)
         if call is None or response.status_code >= 400:
@@ -203,6 +220,7 @@ class CaptureTransport(httpx.BaseTransport):
         self._inner = inner or httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
+        request = _overridden(request)
         call = _prepare(request)
         response = self._inner.handle_request(request)
         if call is None or response.status_code >= 400:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import random
 import re
 import statistics
@@ -42,6 +41,8 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from art_agents.comparison import paired_ci, paired_t_halfwidth
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -286,28 +287,6 @@ async def evaluate(
         texts,
         [score(i, t, sampling.partial_credit) for i, t in zip(items, texts, strict=True)],
     )
-
-
-# --- statistics -----------------------------------------------------------------------------
-
-
-# Hand-written, as is paired_t_halfwidth: scipy.stats.bootstrap would need scipy, a dependency of no extra;
-# tests/test_learning_script.py checks both against known values.
-def paired_ci(
-    before: list[float], after: list[float], *, resamples: int = 10_000, seed: int = 0
-) -> tuple[float, float, float]:
-    """Mean paired difference and its 95% percentile-bootstrap interval over prompts."""
-    diffs = [a - b for a, b in zip(after, before, strict=True)]
-    rng = random.Random(seed)
-    n = len(diffs)
-    means = sorted(statistics.fmean(rng.choices(diffs, k=n)) for _ in range(resamples))
-    return statistics.fmean(diffs), means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
-
-
-def paired_t_halfwidth(before: list[float], after: list[float]) -> float:
-    """Half-width of the 95% paired-t interval (normal quantile: n is in the tens or more)."""
-    diffs = [a - b for a, b in zip(after, before, strict=True)]
-    return 1.96 * statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
 
 
 # --- the run --------------------------------------------------------------------------------

@@ -46,13 +46,14 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from learning import paired_ci, smollm2_gguf  # noqa: E402
+from learning import smollm2_gguf  # noqa: E402
 from mcp_tasks import TASK_SETS, Solved, TaskSet  # noqa: E402
 
 from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
 from art_agents.autorl.scenarios import Scenario  # noqa: E402
 from art_agents.autorl.scoring import GroupScorer  # noqa: E402
 from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout  # noqa: E402
+from art_agents.comparison import paired_ci  # noqa: E402
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 

@@ -1,0 +1,69 @@
+"""`art.evaluate` on steps of ours: the tiny model before and after an SFT step that teaches it a reply, beside a
+scripted endpoint standing for a frontier model; files under the model's own folder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted_openai import ScriptedOpenAI
+
+import art_agents as art
+from art_agents.local import LocalBackend
+from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
+
+QUESTION, REPLY = "What is the capital of Zorbia?", "Zorbia's capital is Quuxtown."
+SCENARIOS = [{"id": f"s{i}", "question": QUESTION} for i in range(4)]
+
+
+async def rollout(model: art.Model, scenario: dict[str, Any]) -> art.Trajectory:
+    client = model.openai_client()
+    async with art.rollout() as trajectory:
+        reply = await client.chat.completions.create(
+            model=model.name, messages=[{"role": "user", "content": scenario["question"]}], max_tokens=40
+        )
+        trajectory.reward = float(REPLY in (reply.choices[0].message.content or ""))
+    await client.close()
+    return trajectory
+
+
+@pytest.fixture
+async def backend(tmp_path: Path) -> AsyncIterator[LocalBackend]:
+    backend = LocalBackend(path=tmp_path / ".art", in_process=True)
+    yield backend
+    await backend.close()
+
+
+async def test_a_trained_step_beats_its_base_and_is_saved_in_its_folder(
+    backend: LocalBackend, tiny_model_path: Path
+) -> None:
+    model = art.TrainableModel(
+        name="zorbia", project="eval", base_model=str(tiny_model_path), config=TOY_MODEL_CONFIG, report_to=[]
+    )
+    await model.register(backend)
+    demo = art.Trajectory(
+        messages_and_choices=[{"role": "user", "content": QUESTION}, {"role": "assistant", "content": REPLY}]
+    )
+    await model.train_sft([demo], art.TrainSFTConfig(learning_rate=1e-2, epochs=100), progress=False)
+    with ScriptedOpenAI(model_suffix="") as frontier:
+        frontier.default = lambda body: REPLY if body["messages"][-1]["content"] == QUESTION else "?"
+        result = await art.evaluate(
+            rollout,
+            SCENARIOS,
+            [model, "zorbia@0", art.Model(name="frontier", inference_base_url=frontier.base_url)],
+            decoding="greedy",
+            pbar_desc=None,
+        )
+    trained, base, _ = result.summary.models
+    assert (trained.model, trained.step, trained.mean_reward) == ("zorbia@1", 1, 1.0)
+    assert (base.model, base.step, base.mean_reward) == ("zorbia@0", 0, 0.0)
+    turns = [t.turns[0] for t in result.trajectories("zorbia@0")]
+    assert {t.model for t in turns} == {"zorbia@0"}  # the rollout asked for "zorbia"; the step asked for was served
+    versus_base = next(c for c in result.summary.comparisons if c.baseline == "zorbia@1" and c.model == "zorbia@0")
+    assert (versus_base.mean_difference, versus_base.win_rate) == (-1.0, 0.0)
+    folder = backend.path / "eval" / "models" / "zorbia" / "eval" / "heldout"
+    assert result.folder == folder and json.loads((folder / "summary.json").read_text())["scenarios"] == 4
+    assert sorted(p.name for p in folder.glob("*.jsonl")) == ["frontier.jsonl", "zorbia@0.jsonl", "zorbia@1.jsonl"]
