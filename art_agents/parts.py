@@ -22,7 +22,7 @@ REPORTERS = {
 }
 # The `register(app)` of each part that adds `art-agents` subcommands, with the hint shown when it cannot load.
 CLI_PARTS = {
-    "art_agents.server.ops.cli:register": "serve, doctor, tiny-model (extra: server)",
+    "art_agents.server.ops.cli:register": "serve, doctor, tiny-model, export (extra: server)",
     "art_agents.reporting:register": "report",
     "art_agents.train_command:register": "train",
     "art_agents.autorl.cli:register": "autorl, mcp-rl",

@@ -59,15 +59,21 @@ def load_tokenizer(base_model: str, config: ModelConfig) -> Any:
     return attach_response_parser(AutoTokenizer.from_pretrained(base_model, **_source(config)))
 
 
+def load_base_model(base_model: str, config: ModelConfig, dtype: Any) -> Any:
+    """The base model alone, in `dtype` ("auto": the dtype it was saved in), from a folder, hub id or GGUF file."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype, **_source(config))
+
+
 def load_peft_model(base_model: str, config: ModelConfig) -> tuple[Any, Any]:
     """The base model with a fresh LoRA adapter "default" (seeded), and its tokenizer."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from transformers import AutoModelForCausalLM
 
     device = device_of(config)
     tokenizer = load_tokenizer(base_model, config)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=_dtype(config, device), **_source(config))
+    model = load_base_model(base_model, config, _dtype(config, device))
     lora = LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,

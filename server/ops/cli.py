@@ -1,4 +1,4 @@
-"""`art-agents serve`, `doctor`, `tiny-model` and `quickstart`."""
+"""`art-agents serve`, `doctor`, `tiny-model`, `quickstart` and `export` (in export_command.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import typer
 
 from art_agents.backend import DEFAULT_ART_PATH
 from art_agents.extras import require_extra
+from art_agents.server.ops.export_command import export
 from art_agents.server.ops.quickstart import ROLLOUTS_PER_GROUP
 from art_agents.wire import RegisterRequest
 
@@ -271,3 +272,4 @@ def register(app: typer.Typer) -> None:
     app.command("doctor")(doctor)
     app.command("tiny-model")(tiny_model)
     app.command("quickstart")(quickstart)
+    app.command("export")(export)
