@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from art_agents.atomic import write_text_atomic
+from art_agents.eval_charts import draw_evaluated_steps, draw_summary
 from art_agents.extras import require_extra
 from art_agents.jsonl import read_groups, read_history
 from art_agents.messages import ChatMessage
@@ -25,6 +26,8 @@ from art_agents.trajectory import RolloutException, ToolCallRecord, Trajectory, 
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+
+    from art_agents.eval_files import EvalSummary
 
 Row = dict[str, Any]
 Points = tuple[list[float], list[float]]
@@ -62,13 +65,19 @@ pre{white-space:pre-wrap;word-break:break-word;margin:.2rem 0;font:12px/1.4 ui-m
 def write_report(model_dir: Path, out: Path | None = None) -> Path:
     """Write the model's report page (default `<model_dir>/report.html`) atomically; returns its path."""
     model_dir = Path(model_dir)
+    from art_agents.eval_files import read_summaries
+
     rows = sorted(read_history(model_dir), key=lambda row: row.get("step", 0))
+    summaries = read_summaries(model_dir)
     title = f"{model_dir.parent.parent.name}/{model_dir.name}"
     body = [
         _header(model_dir, title, rows),
-        '<nav><a href="#charts">charts</a><a href="#history">history</a><a href="#trajectories">trajectories</a></nav>',
+        '<nav><a href="#charts">charts</a><a href="#evaluations">evaluations</a><a href="#history">history</a>'
+        '<a href="#trajectories">trajectories</a></nav>',
         '<h2 id="charts">Charts</h2>',
-        _charts(rows),
+        _charts(rows, lambda ax: draw_evaluated_steps(ax, summaries, model_dir.name)),
+        '<h2 id="evaluations">Evaluations</h2>',
+        _evaluations(summaries),
         '<h2 id="history">History</h2>',
         _history_table(rows),
         '<h2 id="trajectories">Trajectories</h2>',
@@ -137,8 +146,9 @@ def _plot(ax: Axes, points: Points, label: str) -> bool:
     return bool(points[0])
 
 
-def _draw_reward(ax: Axes, train: list[Row], evals: list[Row]) -> bool:
-    """Mean reward with a ±std band, the within-group std, and each evaluation split's reward as points."""
+def _draw_reward(ax: Axes, train: list[Row], evals: list[Row], evaluated: Callable[[Axes], bool]) -> bool:
+    """Mean reward with a ±std band, the within-group std, each evaluation split's reward as points, and the steps
+    `art.evaluate` compared (`evaluated` draws them)."""
     steps, means = _points(train, "reward_mean")
     std = dict(zip(*_points(train, "reward_std"), strict=True))
     drawn = _plot(ax, (steps, means), "reward_mean")
@@ -160,7 +170,7 @@ def _draw_reward(ax: Axes, train: list[Row], evals: list[Row]) -> bool:
             yerr = [spread.get(s, 0.0) for s in eval_steps]
             ax.errorbar(eval_steps, rewards, yerr=yerr, fmt="s", capsize=3, label=f"{split}/reward")
             drawn = True
-    return drawn
+    return evaluated(ax) or drawn
 
 
 def _draw_throughput(ax: Axes, train: list[Row]) -> bool:
@@ -180,7 +190,7 @@ def _draw_cost(ax: Axes, train: list[Row]) -> bool:
     return bool(steps)
 
 
-def _charts(rows: list[Row]) -> str:
+def _charts(rows: list[Row], evaluated: Callable[[Axes], bool]) -> str:
     """One PNG per chart that some row has data for; a one-line note for each that none has."""
     require_extra("report", purpose="the HTML report page")  # its charts
     train = [row for row in rows if not _is_eval(row)]
@@ -188,7 +198,7 @@ def _charts(rows: list[Row]) -> str:
     kl = "kl" if _points(train, "kl")[0] else "kl_sampler"
     charts: list[tuple[str, str, str, str, Callable[[Axes], bool]]] = [
         # (id, title, y label, what a row needs, draw)
-        ("reward", "Reward per step", "reward", "reward_mean or <split>/reward", lambda ax: _draw_reward(ax, train, evals)),
+        ("reward", "Reward per step", "reward", "reward_mean or <split>/reward", lambda ax: _draw_reward(ax, train, evals, evaluated)),
         ("loss", "GRPO loss", "loss", "loss", lambda ax: _plot(ax, _points(train, "loss"), "loss")),
         ("kl", KL_TITLES[kl], "KL", "kl or kl_sampler", lambda ax: _plot(ax, _points(train, kl), kl)),
         ("entropy", "Entropy of the trained tokens", "nats per token", "entropy",
@@ -210,7 +220,7 @@ def _charts(rows: list[Row]) -> str:
     return '<div class="charts">' + "\n".join(parts) + "</div>"
 
 
-def _render(draw: Callable[[Axes], bool], title: str, ylabel: str) -> str | None:
+def _render(draw: Callable[[Axes], bool], title: str, ylabel: str, xlabel: str = "step") -> str | None:
     """Draw on a fresh figure with the Agg canvas (no pyplot, so a user's interactive backend is left alone)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -220,8 +230,9 @@ def _render(draw: Callable[[Axes], bool], title: str, ylabel: str) -> str | None
     ax = figure.subplots()
     if not draw(ax):
         return None
-    ax.set(title=title, xlabel="step", ylabel=ylabel)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if xlabel == "step":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.ticklabel_format(axis="y", useOffset=False)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
@@ -229,6 +240,83 @@ def _render(draw: Callable[[Axes], bool], title: str, ylabel: str) -> str | None
     buffer = io.BytesIO()
     FigureCanvasAgg(figure).print_png(buffer)
     return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+# ---- evaluations (`art.evaluate`)
+
+
+def _evaluations(summaries: list[EvalSummary]) -> str:
+    """Each evaluation: a bar chart of the models with their intervals, a table per model and one per pair."""
+    if not summaries:
+        return "<p class='note'>No evaluation under eval/ yet: art.evaluate(...) or art-agents eval writes one.</p>"
+    parts = []
+    for summary in summaries:
+        png = _render(lambda ax, s=summary: draw_summary(ax, s), f"{summary.name}: mean reward", "reward", "model")
+        chart = (
+            f'<figure><img class="chart" id="chart-eval-{_e(summary.name)}" alt="{_e(summary.name)} by model" '
+            f'src="data:image/png;base64,{png}"></figure>'
+            if png
+            else ""
+        )
+        head = f"{summary.scenarios} scenarios x {summary.rollouts_per_scenario} rollouts, decoding {summary.decoding}"
+        parts.append(
+            f'<h3 id="eval-{_e(summary.name)}">{_e(summary.name)}</h3><p class="muted">{_e(head)}</p>'
+            f'<div class="charts">{chart}</div>{_table(*eval_model_rows(summary))}{_table(*eval_pair_rows(summary))}'
+        )
+    return "\n".join(parts)
+
+
+def eval_model_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
+    """The per-model table of an evaluation (the report page and `art-agents report` print the same)."""
+    head = ["model", "scenarios", "failed", "mean reward", "95% CI", "tokens in/out", "latency s", "cost USD"]
+    rows = [
+        [
+            m.model,
+            str(m.scenarios),
+            f"{m.failed_scenarios} ({m.failed_rollouts} rollouts)",
+            format_value(m.mean_reward),
+            _interval(m.ci_low, m.ci_high),
+            f"{m.prompt_tokens}/{m.completion_tokens}",
+            format_value(m.latency_s),
+            "unknown" if m.cost_usd is None else f"{m.cost_usd:.4g}",
+        ]
+        for m in summary.models
+    ]
+    return head, rows
+
+
+def eval_pair_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
+    """The per-pair table: difference, its paired bootstrap interval, wins/losses/ties and failures."""
+    head = ["model", "vs", "paired", "difference", "95% CI", "win rate", "W/L/T", "failed (model/vs)"]
+    rows = [
+        [
+            c.model,
+            c.baseline,
+            str(c.paired),
+            format_value(c.mean_difference),
+            _interval(c.ci_low, c.ci_high),
+            format_value(c.win_rate),
+            f"{c.wins}/{c.losses}/{c.ties}",
+            f"{c.model_failed}/{c.baseline_failed}",
+        ]
+        for c in summary.comparisons
+    ]
+    return head, rows
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "-" if low is None or high is None else f"[{low:.3g}, {high:.3g}]"
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    if not rows:
+        return ""
+    header = "".join(f'<th class="{"l" if i < 2 else ""}">{_e(h)}</th>' for i, h in enumerate(head))
+    body = "".join(
+        "<tr>" + "".join(f'<td class="{"l" if i < 2 else ""}">{_e(v)}</td>' for i, v in enumerate(row)) + "</tr>"
+        for row in rows
+    )
+    return f'<div class="scroll"><table class="eval"><tr>{header}</tr>{body}</table></div>'
 
 
 # ---- history table

@@ -84,6 +84,8 @@ def report(
         raise typer.BadParameter(f"{len(dirs)} models are shown but --html names one file; pick one with --model")
     for model_dir in dirs:
         console.print(_table(model_dir))
+        for table in _eval_tables(model_dir):
+            console.print(table)
     _write_pages(console, dirs, html, open_page)
 
 
@@ -129,6 +131,26 @@ def _table(model_dir: Path) -> Table:
         step = f"{row.get('step')}" + ("" if label == "rl" else f" {label}")
         table.add_row(step, *(format_value(metrics.get(name)) for name in SHOWN))
     return table
+
+
+def _eval_tables(model_dir: Path) -> list[Table]:
+    """Each evaluation under the model's eval/ folder: its models, then its pairs (as on the report page)."""
+    from rich.table import Table
+
+    from art_agents.eval_files import read_summaries
+    from art_agents.report_page import eval_model_rows, eval_pair_rows
+
+    tables = []
+    for summary in read_summaries(model_dir):
+        for kind, (head, rows) in (("models", eval_model_rows(summary)), ("pairs", eval_pair_rows(summary))):
+            if rows:
+                table = Table(title=f"evaluation {summary.name}: {kind}")
+                for column in head:
+                    table.add_column(column)
+                for row in rows:
+                    table.add_row(*row)
+                tables.append(table)
+    return tables
 
 
 def register(app: typer.Typer) -> None:

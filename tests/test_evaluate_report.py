@@ -1,0 +1,76 @@
+"""An evaluation as `art-agents report` shows it (tables, a bar chart with intervals, evaluated steps on the training
+curve) and through ART's `art.utils.benchmarking` names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted_openai import ScriptedOpenAI
+from test_evaluate import SCENARIOS, answering, rollout
+
+import art_agents as art
+from art_agents.eval_charts import draw_evaluated_steps, figure
+from art_agents.eval_files import EvalSummary, ModelSummary
+from art_agents.report_page import write_report
+from art_agents.reporting import _eval_tables
+from art_agents.utils import benchmarking
+
+pytest.importorskip("matplotlib")
+
+
+@pytest.fixture
+async def model_dir(tmp_path: Path) -> Path:
+    """A model folder (as the server writes it) with one evaluation of two scripted models in it."""
+    folder = tmp_path / ".art" / "proj" / "models" / "agent"
+    folder.mkdir(parents=True)
+    (folder / "model.json").write_text(json.dumps({"name": "agent", "project": "proj"}))
+    (folder / "history.jsonl").write_text(json.dumps({"step": 1, "metrics": {"reward_mean": 0.4}}) + "\n")
+    with ScriptedOpenAI(model_suffix="") as good, ScriptedOpenAI(model_suffix="") as weak:
+        good.default, weak.default = answering({0, 1, 2, 3, 4}), answering({0})
+        models = [
+            art.Model(name="weak", inference_base_url=weak.base_url),
+            art.Model(name="good", inference_base_url=good.base_url),
+        ]
+        await art.evaluate(rollout, SCENARIOS, models, out=folder, pbar_desc=None)
+    return folder
+
+
+def test_the_report_shows_the_comparison(model_dir: Path) -> None:
+    page = write_report(model_dir).read_text()
+    assert 'id="chart-eval-heldout"' in page and 'src="data:image/png;base64,' in page
+    assert '<td class="l">good</td><td class="l">weak</td><td class="">6</td>' in page  # the pair: 6 paired scenarios
+    assert "unknown" in page  # no price for these endpoints
+    models, pairs = _eval_tables(model_dir)
+    assert [c.header for c in models.columns][:4] == ["model", "scenarios", "failed", "mean reward"]
+    assert list(pairs.columns[2].cells) == ["6"] and list(pairs.columns[6].cells) == ["4/0/2"]
+
+
+def test_evaluated_steps_are_marked_on_the_training_curve() -> None:
+    def at(step: int, mean: float) -> ModelSummary:
+        return ModelSummary(model=f"agent@{step}", file="x", step=step, scenarios=4, failed_scenarios=0,
+                            failed_rollouts=0, mean_reward=mean, ci_low=mean - 0.1, ci_high=mean + 0.1)  # fmt: skip
+
+    summary = EvalSummary(name="heldout", scenarios=4, rollouts_per_scenario=1, decoding="greedy",
+                          models=[at(0, 0.2), at(3, 0.6)], comparisons=[])  # fmt: skip
+    _, ax = figure()
+    assert draw_evaluated_steps(ax, [summary], "agent")
+    (markers, *_), label = ax.containers[0], ax.get_legend_handles_labels()[1]
+    assert list(markers.get_xdata()) == [0, 3] and list(markers.get_ydata()) == [0.2, 0.6] and label == ["eval heldout"]
+    assert not draw_evaluated_steps(figure()[1], [summary], "other-model")
+
+
+async def test_art_benchmarking_names_read_and_chart_an_evaluation(model_dir: Path, tmp_path: Path) -> None:
+    rows = await benchmarking.load_trajectories("proj", art_path=str(model_dir.parents[2]))
+    assert {(r["model"], r["split"], r["step"]) for r in rows} == {("good", "heldout", 0), ("weak", "heldout", 0)}
+    assert sum(r["reward"] for r in rows if r["model"] == "good") == 5 and rows[0]["metric_chars"] > 0
+    figure_ = benchmarking.percentage_comparison_bar_chart(rows, "reward", models=["weak", ("good", "Good model")])
+    assert [t.get_text() for t in figure_.axes[0].get_xticklabels()] == ["weak", "Good model"]
+    progress: Any = benchmarking.training_progress_chart(rows, "chars")
+    assert progress.axes[0].get_title() == "chars"
+    paths = benchmarking.generate_charts(rows, tmp_path / "charts")
+    assert [p.name for p in paths] == ["reward_comparison.png", "reward_progress.png"] and all(
+        p.stat().st_size for p in paths
+    )
