@@ -46,12 +46,16 @@ class EvalTarget:
 
 
 async def resolve_targets(
-    models: Sequence[ModelSpec], litellm_params: Mapping[str, Mapping[str, Any]]
+    models: Sequence[ModelSpec],
+    litellm_params: Mapping[str, Mapping[str, Any]],
+    steps_of: TrainableModel | None = None,
 ) -> list[EvalTarget]:
-    """Every entry of `models` as a target, or one SetupError listing each entry that cannot be one."""
+    """Every entry of `models` as a target, or one SetupError listing each entry that cannot be one.
+    `"name@N"` names a step of a TrainableModel in `models` or of `steps_of`."""
     if not models:
         raise SetupError("evaluate needs at least one model in models=[...]")
-    trainables = {m.name: m for m in models if isinstance(m, TrainableModel)}
+    given = [*models, steps_of] if steps_of is not None else models
+    trainables = {m.name: m for m in given if isinstance(m, TrainableModel)}
     problems: list[str] = []
     targets: list[EvalTarget] = []
     for entry in models:

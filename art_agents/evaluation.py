@@ -32,7 +32,7 @@ from art_agents.eval_files import (
     write_summary,
 )
 from art_agents.eval_targets import EvalTarget, ModelSpec, check_reachable, cost_usd, resolve_targets
-from art_agents.model import Model
+from art_agents.model import Model, TrainableModel
 from art_agents.names import check_safe_name
 from art_agents.progress import progress_bar
 from art_agents.schema import Schema
@@ -79,12 +79,14 @@ async def evaluate(
     check: bool = True,
     seed: int = 0,
     pbar_desc: str | None = "eval",
+    steps_of: TrainableModel | None = None,
 ) -> Evaluation:
     """Run `rollout` on every scenario for every model and compare the models pairwise.
 
     `models`: registered TrainableModels (their latest step, pinned), `"name@STEP"`, prompted `Model`s,
     `"model@http://host/v1"` or LiteLLM names (`"openai/gpt-4.1-mini"`; `litellm_params[name]` may give its
-    `api_base` and `api_key`). Each is checked before anything runs (`check=False` skips the requests).
+    `api_base` and `api_key`; `steps_of` is the TrainableModel of `"name@STEP"` entries when it is not in `models`
+    itself). Each is checked before anything runs (`check=False` skips the requests).
     `concurrency` bounds the rollouts running at once per provider (a dict maps provider, a URL's host or
     "art-agents" to its bound; "default" for the rest). A rollout is tried `retries` more times when it raises
     (ART's `retry`), each try bounded by `timeout_s`. `decoding="greedy"` (temperature 0) or `"sampled"`
@@ -98,7 +100,7 @@ async def evaluate(
     if decoding not in DECODING_FIELDS:
         raise ValueError(f"decoding must be one of {', '.join(DECODING_FIELDS)}, got {decoding!r}")
     ids = scenario_ids(scenarios)
-    targets = await resolve_targets(models, litellm_params or {})
+    targets = await resolve_targets(models, litellm_params or {}, steps_of)
     if check:
         await check_reachable(targets)
     folder = _folder(out, targets, name)
@@ -133,6 +135,30 @@ async def evaluate(
     if folder is not None:
         write_summary(folder, summary)
     return Evaluation(summary=summary, runs=runs, folder=folder)
+
+
+class PeriodicEvaluation:
+    """`train_loop(eval_every=N)`: every evaluated step so far (run once each: their files are kept) beside
+    `models`, so the summary compares every evaluated step and the report marks them on the training curve."""
+
+    def __init__(
+        self,
+        model: TrainableModel,
+        rollout: Callable[[Model, Any], Awaitable[Trajectory]],
+        scenarios: Sequence[Any],
+        models: Sequence[ModelSpec] = (),
+        name: str = "heldout",
+    ) -> None:
+        self.model, self.rollout, self.scenarios, self.models, self.name = model, rollout, scenarios, models, name
+        self.steps: list[int] = []
+
+    async def __call__(self, step: int) -> Evaluation:
+        if step not in self.steps:
+            self.steps.append(step)
+        steps = [f"{self.model.name}@{s}" for s in self.steps]
+        return await evaluate(
+            self.rollout, self.scenarios, [*steps, *self.models], name=self.name, steps_of=self.model, pbar_desc=None
+        )
 
 
 def scenario_ids(scenarios: Sequence[Any]) -> list[str]:

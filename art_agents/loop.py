@@ -25,11 +25,13 @@ from art_agents.draws import (
     StepRecord,
     scenario_source,
 )
+from art_agents.eval_targets import ModelSpec
 from art_agents.gather import AfterEach
 from art_agents.model import TrainableModel
 from art_agents.pipeline import pipeline_loop
 from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig
+from art_agents.trajectory import TrajectoryGroup
 
 __all__ = [
     "MAX_IDLE_DRAWS",
@@ -60,6 +62,9 @@ async def train_loop(
     after_train: AfterTrain | None = None,
     pipeline: bool = False,
     max_steps_off_policy: int = 1,
+    eval_every: int = 0,
+    eval_scenarios: Sequence[Any] | None = None,
+    eval_models: Sequence[ModelSpec] = (),
 ) -> list[StepRecord]:
     """Train until the model's step has advanced `steps` times; resumes from the current step.
 
@@ -73,7 +78,14 @@ async def train_loop(
     `pipeline=True` keeps the next draws' rollouts running while a step trains, at most
     `max_steps_off_policy` steps behind the policy that trains on them (see `art_agents.pipeline`);
     the same draws in the same order, with `after_train` running while later draws roll out.
+
+    `eval_every=N` runs `art.evaluate` on `eval_scenarios` (held out: never the training scenarios) at the starting
+    step and after every N-th step, beside `eval_models` (a frontier model, say), into the model's
+    `eval/heldout/`; each step's mean held-out reward joins its record's metrics as `eval/reward`. With
+    `pipeline=True` it runs while the next draws roll out, as `after_train` does.
     """
+    if eval_every:
+        after_train = await _evaluating(model, rollout, eval_every, eval_scenarios, eval_models, after_train)
     source = scenario_source(scenarios, seed)
     draws = Draws(model, rollout, source, groups_per_step, rollouts_per_group, max_exceptions, after_each)
     if pipeline:
@@ -97,6 +109,34 @@ async def train_loop(
         idle.trained(result.step > step)
         step = result.step
     return records
+
+
+async def _evaluating(
+    model: TrainableModel,
+    rollout: RolloutFn,
+    every: int,
+    scenarios: Sequence[Any] | None,
+    models: Sequence[ModelSpec],
+    after_train: AfterTrain | None,
+) -> AfterTrain:
+    """`after_train` followed by an evaluation after every `every`-th step, once the starting step is evaluated."""
+    from art_agents.evaluation import PeriodicEvaluation
+
+    if every < 0 or not scenarios:
+        raise ValueError("eval_every needs eval_scenarios (a held-out list) and must be >= 0")
+    periodic = PeriodicEvaluation(model, rollout, scenarios, models)
+    await periodic(await model.get_step())
+
+    async def then_evaluate(record: StepRecord, groups: list[TrajectoryGroup]) -> None:
+        if after_train is not None:
+            await after_train(record, groups)
+        if record.advanced and record.step % every == 0:
+            result = await periodic(record.step)
+            mean = result.model(f"{model.name}@{record.step}").mean_reward
+            if mean is not None:
+                record.metrics["eval/reward"] = mean
+
+    return then_evaluate
 
 
 class TrainJob(Schema):

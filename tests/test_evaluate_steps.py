@@ -67,3 +67,33 @@ async def test_a_trained_step_beats_its_base_and_is_saved_in_its_folder(
     folder = backend.path / "eval" / "models" / "zorbia" / "eval" / "heldout"
     assert result.folder == folder and json.loads((folder / "summary.json").read_text())["scenarios"] == 4
     assert sorted(p.name for p in folder.glob("*.jsonl")) == ["frontier.jsonl", "zorbia@0.jsonl", "zorbia@1.jsonl"]
+
+
+async def test_train_loop_evaluates_every_n_steps(backend: LocalBackend, tiny_model_path: Path) -> None:
+    model = art.TrainableModel(
+        name="looped", project="eval", base_model=str(tiny_model_path), config=TOY_MODEL_CONFIG, report_to=[]
+    )
+    await model.register(backend)
+
+    async def letters(model: art.Model, scenario: dict[str, Any]) -> art.Trajectory:
+        client = model.openai_client()
+        async with art.rollout() as trajectory:
+            reply = await client.chat.completions.create(
+                model=model.name, messages=[{"role": "user", "content": scenario["question"]}], max_tokens=8
+            )
+            text = reply.choices[0].message.content or ""
+            trajectory.reward = text.count("a") / max(len(text), 1) + len(text) / 100
+        await client.close()
+        return trajectory
+
+    train = [{"question": f"Write {i} words."} for i in range(4)]
+    records = await art.train_loop(
+        model, letters, train, steps=2, groups_per_step=1, rollouts_per_group=3, eval_every=2,
+        eval_scenarios=SCENARIOS[:2],
+    )  # fmt: skip
+    assert [r.step for r in records] == [1, 2] and "eval/reward" in records[1].metrics
+    summary = json.loads(
+        (backend.path / "eval" / "models" / "looped" / "eval" / "heldout" / "summary.json").read_text()
+    )
+    assert [m["model"] for m in summary["models"]] == ["looped@0", "looped@2"]  # the start and every 2nd step
+    assert summary["comparisons"][0]["paired"] == 2
