@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 from pydantic import (
@@ -307,6 +309,34 @@ class TrainableModel(Model):
         if best_checkpoint_metric is None:  # a Backend written before the metric existed still works
             return await self.backend.delete_checkpoints(self, steps)
         return await self.backend.delete_checkpoints(self, steps, best_checkpoint_metric=best_checkpoint_metric)
+
+    async def export(
+        self,
+        to: str | Path,
+        *,
+        format: Literal["lora", "merged", "gguf"] = "lora",
+        step: int | None = None,
+        overwrite: bool = False,
+        quantization: str | None = None,
+    ) -> Path:
+        """Write checkpoint `step` (default: the latest) to the folder `to` as `art-agents export` does: a LoRA
+        folder for vLLM/SGLang, a merged transformers folder, or GGUF with an Ollama Modelfile. Returns `to`.
+
+        Runs in this process on the checkpoints of a `LocalBackend` (they are on this disk, and its `server` extra
+        has torch and PEFT); for a remote server, run `art-agents export` on its machine.
+        """
+        art_path = getattr(self.backend, "art_path", None)
+        if art_path is None:
+            raise ArtError(
+                f"model.export reads the checkpoints on the server's disk, which a {type(self.backend).__name__} "
+                f"does not share; run `art-agents export <art_path>/{self.project}/models/{self.name} --to DIR` "
+                "on the server's machine"
+            )
+        export_model = parts.load(parts.EXPORT)
+        model_dir = Path(art_path) / self.project / "models" / self.name
+        return await asyncio.to_thread(
+            export_model, model_dir, to, format=format, step=step, overwrite=overwrite, quantization=quantization
+        )
 
 
 def _not_registered(name: str) -> SetupError:

@@ -12,6 +12,9 @@ from typing import Any
 
 # `LocalBackend(in_process=True)` serves this app in a thread (as a child process it runs `art-agents serve`).
 SERVER_APP = "art_agents.server.http.app:create_app"
+# `TrainableModel.export()`: a checkpoint of a LocalBackend's model written out by the server's export (in this
+# process: it needs torch and PEFT, which LocalBackend's `server` extra installs, and the checkpoints on this disk).
+EXPORT = "art_agents.server.ops.export:export_model"
 # `Model.chat_model()`: a LangChain ChatOpenAI whose calls are captured (the `langgraph` extra).
 CHAT_MODEL = "art_agents.integrations.langgraph:chat_model"
 # `report_to` name -> the Reporter class that takes the model; each needs the extra of the same name.
@@ -25,6 +28,7 @@ CLI_PARTS = {
     "art_agents.server.ops.cli:register": "serve, doctor, tiny-model, export (extra: server)",
     "art_agents.reporting:register": "report",
     "art_agents.train_command:register": "train",
+    "art_agents.eval_command:register": "eval",
     "art_agents.autorl.cli:register": "autorl, mcp-rl",
 }
 

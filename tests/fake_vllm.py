@@ -49,6 +49,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    parser.add_argument("--lora-modules", nargs="+", default=None)  # name=path (or JSON), as an export's README
+    parser.add_argument("--served-model-name", nargs="+", default=None)
     return parser.parse_args(argv)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Callable
@@ -158,7 +159,7 @@ def export_model(
 
 def write_folder_atomic(target: Path, write: Callable[[Path], Any]) -> Path:
     """`write` fills a temp folder beside `target`, which then replaces `target`; on any failure the temp
-    folder is removed and an existing `target` is left as it was."""
+    folder is removed and an existing `target` is left as it was. A failed write (a full disk) is one line."""
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}"
     old = target.parent / f".{target.name}.old-{os.getpid()}"
@@ -169,19 +170,27 @@ def write_folder_atomic(target: Path, write: Callable[[Path], Any]) -> Path:
         if target.exists():
             os.rename(target, old)
         os.rename(tmp, target)
-    except OSError as exc:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if old.exists() and not target.exists():
             os.rename(old, target)
+        reason = _io_error(exc)
+        if reason is None:
+            raise
         raise ExportError(
-            f"writing {target} failed ({exc.strerror or exc}); nothing was left behind: free space in "
-            f"{target.parent} or pick another --to, then rerun"
+            f"writing {target} failed ({reason}); nothing was left behind: free space in {target.parent} or pick "
+            "another --to, then rerun"
         ) from exc
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _io_error(exc: BaseException) -> str | None:
+    """What an I/O failure says (an OSError's, or safetensors' own error wrapping one); None for other errors."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    found = re.search(r"I/O error: (.+?)\s*\(os error\s*\d+\)", str(exc))
+    return found.group(1) if found else None
 
 
 def write_lora(source: Source, folder: Path) -> None:
