@@ -185,3 +185,25 @@ async def test_bad_models_are_named_in_one_line_before_anything_runs(monkeypatch
     with pytest.raises(SetupError, match=r"'nothing@http://127.0.0.1:9/v1' is unreachable at http://127.0.0.1:9/v1"):
         await art.evaluate(never, SCENARIOS, ["nothing@http://127.0.0.1:9/v1"], pbar_desc=None)
     assert not ran
+
+
+def test_the_eval_command_runs_a_job_files_rollout(frontier: Any, tmp_path: Path, monkeypatch: Any) -> None:
+    from typer.testing import CliRunner
+
+    from art_agents.cli import app, load_parts
+
+    good, _ = frontier
+    (tmp_path / "qa_rollout.py").write_text(
+        "from test_evaluate import rollout\n"  # the rollout above, imported by the job's `module:function`
+    )
+    (tmp_path / "job.toml").write_text(
+        'name = "agent"\nbase_model = "unused"\nrollout = "qa_rollout:rollout"\nscenarios = "train.jsonl"\n'
+    )
+    (tmp_path / "heldout.jsonl").write_text("".join(json.dumps(s) + "\n" for s in SCENARIOS))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    load_parts()
+    arguments = ["eval", str(tmp_path / "job.toml"), "--scenarios", str(tmp_path / "heldout.jsonl")]
+    result = CliRunner().invoke(app, [*arguments, "--models", f"good@{good.base_url}", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert f"model: good@{good.base_url}  scenarios: 6" in result.output and "mean reward: 0.8333" in result.output
+    assert (tmp_path / "eval" / "heldout" / "summary.json").exists()
