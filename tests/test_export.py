@@ -6,6 +6,7 @@ with transformers' GGUF loader); bad input refused in one line with nothing left
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shlex
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_hub import start_fake_hub
 
 import art_agents as art
 from art_agents.local import LocalBackend
@@ -221,6 +223,23 @@ async def test_q8_0_stays_within_its_rounding_of_the_merged_weights(trained: Tra
     assert json.loads((folder / "export.json").read_text())["quantization"] == "q8_0"
 
 
+async def test_the_model_card_carries_the_evaluations(trained: Trained, tmp_path: Path) -> None:
+    from art_agents.eval_files import EvalSummary, ModelSummary, eval_folder, write_summary
+
+    attempt = art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=0.75)
+    await trained.model.log([attempt], split="val")
+    scores = ModelSummary(
+        model="shipped@1", file="shipped.jsonl", step=1, scenarios=12, failed_scenarios=0, failed_rollouts=0,
+        mean_reward=0.625, ci_low=0.5, ci_high=0.75,
+    )  # fmt: skip
+    summary = EvalSummary(name="heldout", scenarios=12, rollouts_per_scenario=1, decoding="greedy", models=[scores],
+                          comparisons=[])  # fmt: skip
+    write_summary(eval_folder(trained.model_dir, "heldout"), summary)
+    card = (await trained.model.export(tmp_path / "card", format="lora") / "README.md").read_text()
+    assert "| heldout | shipped@1 | 1 | 0.625 | 0.5 to 0.75 | 12 |" in card  # art.evaluate's summary
+    assert "| val | 1 | 0.75 | 0 | 1 |" in card  # model.log's row
+
+
 def test_bad_input_is_refused_by_name_before_writing(trained: Trained, tmp_path: Path) -> None:
     target = tmp_path / "out"
     with pytest.raises(ExportError, match=r"no checkpoint 7; its steps are 0-1: pick one with --step"):
@@ -237,7 +256,9 @@ def test_bad_input_is_refused_by_name_before_writing(trained: Trained, tmp_path:
     assert json.loads((target / "export.json").read_text())["step"] == 0
 
 
-def run_cli(*args: str, limit_bytes: int | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, limit_bytes: int | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`art-agents ...` as a user runs it; `limit_bytes` caps every file it writes (a disk that fills up)."""
 
     def cap() -> None:
@@ -250,6 +271,7 @@ def run_cli(*args: str, limit_bytes: int | None = None) -> subprocess.CompletedP
         text=True,
         timeout=300,
         preexec_fn=cap if limit_bytes else None,
+        env={**os.environ, **(env or {})},
     )
 
 
@@ -271,7 +293,80 @@ def test_the_command_refuses_an_existing_folder_and_a_full_disk_leaves_nothing(
     assert errors[0].startswith(f"error: writing {target} failed (File too large); nothing was left behind")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temp folder beside it
     assert [p.name for p in target.iterdir()] == ["keep.txt"]  # the folder it was to replace, as it was
-    done = run_cli("export", str(trained.model_dir), "--to", str(target), "--step", "1", "--overwrite")
+    with start_fake_hub() as (endpoint, hub):
+        hub_env = {"HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "HF_TOKEN": "hf_writer"}
+        args = ("--to", str(target), "--step", "1", "--overwrite", "--push-to-hub", "me/shipped")
+        done = run_cli("export", str(trained.model_dir), *args, env=hub_env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"exported to {target} (see its README.md for how to serve it)"
+    assert done.stdout.splitlines() == [
+        f"exported to {target} (see its README.md for how to serve it)",
+        f"pushed to {endpoint}/me/shipped/commit/{'0' * 40}",
+    ]
     assert (target / "adapter_model.safetensors").exists() and not (target / "keep.txt").exists()
+    assert hub.repos == [{"name": "shipped", "organization": "me", "visibility": "private", "type": "model"}]
+    assert hub.authorizations == {"Bearer hf_writer"}  # the token from HF_TOKEN, on every call
+    assert hub.files == {p.name: p.read_bytes() for p in target.iterdir()}  # the folder as exported, in one commit
+    card = hub.files["README.md"].decode()
+    assert card.startswith(f"---\nbase_model: {trained.base}\nlibrary_name: peft\n") and "| 1 | sft |" in card
+
+
+SMOLLM2_TEMPLATE = (  # SmolLM2-Instruct's: a default system message when the conversation has none
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ '<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+# Folds the system message into the first user turn: no per-role text a Go template could reproduce.
+FOLDING_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'system' %}{% set ns = m['content'] %}{% else %}"
+    "[{{ m['role'] }}] {{ m['content'] }}\n{% endif %}{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
+)
+
+
+@pytest.mark.parametrize("template", [None, SMOLLM2_TEMPLATE])
+def test_the_modelfile_template_renders_chat_as_the_chat_template_does(
+    tiny_model_path: Path, template: str | None
+) -> None:
+    from transformers import AutoTokenizer
+
+    from art_agents.server.ops.ollama_modelfile import measure, modelfile
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    tokenizer.chat_template = template or tokenizer.chat_template
+    chat = [
+        {"role": "user", "content": "Plan a trip."},
+        {"role": "assistant", "content": "Where to?"},
+        {"role": "user", "content": "Lisbon, {{ not an action }}."},
+    ]
+    shape = measure(tokenizer)
+    for messages in (chat, [{"role": "system", "content": "Short answers."}, *chat]):
+        assert shape.render(messages) == tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+    text = modelfile("m.gguf", tokenizer)
+    assert f'TEMPLATE """{shape.go_template()}"""' in text and 'PARAMETER stop "<|im_end|>"' in text
+    assert shape.go_template().startswith('{{ range .Messages }}{{ if eq .Role "system" }}<|im_start|>system\n')
+    default = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+    assert (f'SYSTEM """{default}"""' in text) == (template is not None)
+
+
+def test_a_template_that_folds_turns_gets_no_modelfile_template(tiny_model_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from art_agents.server.ops.ollama_modelfile import modelfile
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    tokenizer.chat_template = FOLDING_TEMPLATE
+    text = modelfile("m.gguf", tokenizer)
+    assert "TEMPLATE" not in text.replace("# no TEMPLATE", "")
+    assert "# no TEMPLATE: the chat template could not be measured (it does not render a message's content" in text
+
+
+async def test_export_of_a_remote_backends_model_says_where_to_run_it(tiny_model_path: Path) -> None:
+    from art_agents.remote import RemoteBackend
+
+    model = art.TrainableModel(name="far", project="p", base_model=str(tiny_model_path), report_to=[])
+    model._backend = backend = RemoteBackend("http://127.0.0.1:9")
+    with pytest.raises(art.ArtError, match=r"run `art-agents export <art_path>/p/models/far --to DIR` on the server"):
+        await model.export("out")
+    await backend.close()

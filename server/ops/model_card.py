@@ -86,7 +86,7 @@ def model_card(source: Source, info: ExportInfo, folder: Path) -> str:
         "",
         *_serving(source, info, folder),
         *_history_table(trained[-HISTORY_ROWS:]),
-        *_evaluation_table([row for row in rows if row.get("split")]),
+        *_evaluation_tables(source.model_dir, [row for row in rows if row.get("split")]),
     ]
     return "\n".join(lines) + "\n"
 
@@ -167,13 +167,30 @@ def _history_table(rows: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def _evaluation_table(rows: list[dict[str, Any]]) -> list[str]:
-    """The evaluations logged with `model.log` (history rows with a split): reward and count per split and step."""
-    if not rows:
+def _evaluation_tables(model_dir: Path, rows: list[dict[str, Any]]) -> list[str]:
+    """The model's evaluations: `art.evaluate`'s summaries (mean reward with its 95% CI per model) and the
+    evaluations logged with `model.log` (history rows with a split)."""
+    from art_agents.eval_files import read_summaries
+
+    summaries = read_summaries(model_dir)
+    if not summaries and not rows:
         return []
-    lines = ["## Evaluation", "", "| split | step | reward | reward_std | n |", "|---|---:|---:|---:|---:|"]
-    for row in rows:
-        split, metrics = row["split"], row.get("metrics") or {}
-        values = " | ".join(format_value(metrics.get(f"{split}/{name}")) for name in ("reward", "reward_std", "n"))
-        lines.append(f"| {split} | {row.get('step')} | {values} |")
-    return [*lines, ""]
+    lines = ["## Evaluation", ""]
+    if summaries:
+        lines += ["| evaluation | model | step | mean reward | 95% CI | scenarios |", "|---|---|---:|---:|---|---:|"]
+        for summary in summaries:
+            for entry in summary.models:
+                interval = f"{format_value(entry.ci_low)} to {format_value(entry.ci_high)}"
+                lines.append(
+                    f"| {summary.name} | {entry.model} | {format_value(entry.step)} | "
+                    f"{format_value(entry.mean_reward)} | {interval} | {entry.scenarios} |"
+                )
+        lines.append("")
+    if rows:
+        lines += ["| split | step | reward | reward_std | n |", "|---|---:|---:|---:|---:|"]
+        for row in rows:
+            split, metrics = row["split"], row.get("metrics") or {}
+            values = " | ".join(format_value(metrics.get(f"{split}/{name}")) for name in ("reward", "reward_std", "n"))
+            lines.append(f"| {split} | {row.get('step')} | {values} |")
+        lines.append("")
+    return lines
