@@ -22,7 +22,8 @@ from fake_hub import start_fake_hub
 
 import art_agents as art
 from art_agents.local import LocalBackend
-from art_agents.server.ops.export import ExportError, export_model
+from art_agents.server.ops.export import export_model
+from art_agents.server.ops.export_source import ExportError
 from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 from art_agents.server.storage.token_store import TokenRecord, TokenStore
 

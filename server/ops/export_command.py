@@ -40,7 +40,8 @@ def export(
 ) -> None:
     """Export a trained checkpoint to a folder a model server loads (written whole or not at all)."""
     require_extra("server", purpose="art-agents export", load=False)
-    from art_agents.server.ops.export import ExportError, export_model
+    from art_agents.server.ops.export import export_model
+    from art_agents.server.ops.export_source import ExportError
 
     try:
         folder = export_model(

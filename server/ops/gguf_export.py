@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from art_agents.server.ops.export import ExportError
+from art_agents.server.ops.export_source import ExportError
 
 QUANTIZATIONS = ("f32", "f16", "bf16", "q8_0")
 DTYPE_QUANTIZATION = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}

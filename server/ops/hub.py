@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from art_agents.server.ops.export import ExportError
+from art_agents.server.ops.export_source import ExportError
 
 
 def push_to_hub(folder: Path, repo: str, *, private: bool = True, message: str | None = None) -> str:

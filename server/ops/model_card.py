@@ -11,7 +11,7 @@ from art_agents.jsonl import read_history
 from art_agents.report_page import format_value
 
 if TYPE_CHECKING:
-    from art_agents.server.ops.export import ExportInfo, Source
+    from art_agents.server.ops.export_source import ExportInfo, Source
 
 HISTORY_ROWS = 10
 HISTORY_COLUMNS = ("reward_mean", "reward_std", "loss")
