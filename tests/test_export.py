@@ -371,3 +371,45 @@ async def test_export_of_a_remote_backends_model_says_where_to_run_it(tiny_model
     with pytest.raises(art.ArtError, match=r"run `art-agents export <art_path>/p/models/far --to DIR` on the server"):
         await model.export("out")
     await backend.close()
+
+
+@pytest.mark.slow
+async def test_smollm2_exports_serve_what_the_server_served(tmp_path: Path) -> None:
+    """A real small model (SmolLM2-135M-Instruct, a Llama loaded from GGUF) after an SFT step: the merged folder
+    and the GGUF file (q/k permuted for llama.cpp, the tokenizer copied from the base GGUF) answer as the server."""
+    import gguf
+    from benchmark_scripts import load_benchmark
+    from transformers import AutoModelForCausalLM
+
+    folder, gguf_file = load_benchmark("learning").smollm2_gguf()
+    backend = LocalBackend(path=tmp_path / ".art", in_process=True)
+    config = art.ModelConfig(gguf_file=gguf_file, lora_rank=8, lora_alpha=16)
+    model = art.TrainableModel(name="smol", project="export", base_model=folder, config=config, report_to=[])
+    await model.register(backend)
+    demo = art.Trajectory(
+        messages_and_choices=[{"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Teal."}]
+    )
+    await model.train_sft([demo], art.TrainSFTConfig(learning_rate=1e-3, epochs=2), progress=False)
+    client = model.openai_client()
+    ids = []
+    for prompt in ("Name a colour.", "What is 2+3?", "Say hello in French.", "Write a haiku about rain."):
+        reply = await client.chat.completions.create(
+            model=model.name, messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=12
+        )
+        ids.append(reply.id)
+    model_dir = backend.art_path / "export" / "models" / "smol"
+    store = TokenStore(model_dir / "tokens" / "store.sqlite")
+    served = list(store.get_many(ids).values())
+    store.close()
+    merged_folder = await model.export(tmp_path / "merged", format="merged")
+    gguf_folder = await model.export(tmp_path / "gguf", format="gguf", quantization="f32")
+    await backend.close()
+    assert_serves_the_same(AutoModelForCausalLM.from_pretrained(merged_folder).eval(), served)
+    file = gguf_folder / "smol-step1.gguf"
+    fields = gguf.GGUFReader(file).fields
+    base_fields = gguf.GGUFReader(Path(folder) / gguf_file).fields
+    assert fields["general.architecture"].contents() == "llama"
+    for name in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.pre", "tokenizer.chat_template"):
+        assert fields[name].contents() == base_fields[name].contents()
+    assert_serves_the_same(AutoModelForCausalLM.from_pretrained(gguf_folder, gguf_file=file.name).eval(), served)
+    assert 'SYSTEM """You are a helpful AI assistant named SmolLM' in (gguf_folder / "Modelfile").read_text()

@@ -153,9 +153,25 @@ def merged_model(source: Source) -> Any:
 
     config = source.request.config
     base = load_base_model(source.request.base_model, config, "auto" if config.dtype == "auto" else config.dtype)
+    _drop_gguf_quantizer(base)
     if base.config.tie_word_embeddings and {"lm_head", "embed_tokens"} & set(config.target_modules):
         _untie(base)
     return PeftModel.from_pretrained(base, str(source.checkpoint)).merge_and_unload().eval()
+
+
+def _drop_gguf_quantizer(model: Any) -> None:
+    """A base loaded from a GGUF file keeps transformers' GGUF quantizer, which `save_pretrained` refuses; once
+    dequantized (always on CPU) its weights are plain float tensors and the quantizer is only a label."""
+    if getattr(model, "hf_quantizer", None) is None:
+        return
+    if not all(parameter.dtype.is_floating_point for parameter in model.parameters()):
+        raise ExportError(
+            "the base model's GGUF weights were loaded still quantized (a GGUF kernel on this GPU), so the LoRA "
+            "cannot be merged into them; rerun the export with CUDA_VISIBLE_DEVICES= to load them dequantized"
+        )
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
 
 
 def _untie(model: Any) -> None:
