@@ -12,6 +12,7 @@ import typer
 
 from art_agents.backend import DEFAULT_ART_PATH
 from art_agents.extras import require_extra
+from art_agents.server.cpu_threads import THREADS_ENV, use_cpu_threads
 from art_agents.server.ops.export_command import export
 from art_agents.server.ops.quickstart import ROLLOUTS_PER_GROUP
 from art_agents.wire import RegisterRequest
@@ -88,6 +89,15 @@ def serve(
     ] = None,
     project: Annotated[str, typer.Option(help="Project folder of --model under --art-path.")] = "default",
     vllm_python: VLLMPython = None,
+    cpu_threads: Annotated[
+        int | None,
+        typer.Option(
+            envvar=THREADS_ENV,
+            min=1,
+            help="torch CPU threads for serving and training (default: one per core); on a machine shared with "
+            "other work, the cores left free.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the OpenAI-compatible API and the training routes."""
     require_extra("server", purpose="art-agents serve", load=False)
@@ -110,6 +120,7 @@ def serve(
         from art_agents.server.processes import exit_with_parent as watch_parent
 
         watch_parent(exit_with_parent)
+    use_cpu_threads(cpu_threads)
     folders = model_dir if model_dir or not is_loopback(host) else None
     app = create_app(art_path, api_key=api_key, model_dirs=folders, serve_models=serve_models)
     uvicorn.run(app, host=host, port=port, log_level=log_level)
