@@ -120,8 +120,8 @@ def _table(model_dir: Path) -> Table:
 
     table = Table(title=f"{model_dir.parent.parent.name}/{model_dir.name} ({model_dir})")
     table.add_column("step", justify="right")
-    for name in SHOWN:  # a word a line: the table fits 80 columns without cutting a name (`reward_m…`)
-        table.add_column(name.replace("_", "\n"), justify="right")
+    for name in SHOWN:  # a word a line, underscores kept: it fits 80 columns without cutting a name (`reward_m…`)
+        table.add_column(name.replace("_", "_\n"), justify="right")
     for row in sorted(read_history(model_dir), key=lambda row: row.get("step", 0)):
         metrics = row.get("metrics", {})
         split = row.get("split")

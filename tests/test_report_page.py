@@ -233,7 +233,7 @@ def test_without_matplotlib_the_table_is_printed_and_one_line_names_the_extra(
     out = tmp_path / "page.html"
     result = CliRunner().invoke(app, ["report", str(model_dir), "--html", str(out)])
     assert result.exit_code == 0, result.output
-    assert "report/agent" in result.output and "reward_mean" in result.output  # the table
+    assert "report/agent" in result.output and "reward_" in result.output  # the table (its headers wrap at "_")
     lines = [line for line in result.output.splitlines() if "art-agents[report]" in line]
     assert lines == [
         "the HTML report page needs the 'report' extra (import of matplotlib halted; None in sys.modules): "
