@@ -3,10 +3,10 @@
 torch's CPU kernels run on an OpenMP team (libgomp on Linux) whose threads, by default, spin for 300,000 pauses at
 every barrier before they sleep. A decoding step has hundreds of barriers; when another process (the rollout
 client, an MCP server, another job) or the trainer beside the engine holds one of the cores, the team's other
-threads spin through each of them, and decoding slows 5-10x (`benchmarks/first_requests.py`, docs/benchmarks.md).
-Spinning 1,000 pauses before sleeping keeps the quiet machine's speed (a barrier between busy threads is crossed
-within that) and costs a descheduled teammate a futex wake instead of a long spin; passive waiting (no spinning)
-was as good under load but slower on a quiet machine. libgomp reads this once, when torch loads it, so it is set
+threads spin through each of them: SmolLM2's first batches after `register` took 13.5x as long as with 1,000
+pauses, beside two busy processes on 2 cores (`benchmarks/first_requests.py`, docs/benchmarks.md). 1,000 pauses
+cross most barriers between running threads and cost a descheduled teammate a futex wake instead of a long spin;
+on a quiet machine libgomp's default is about a tenth faster, and no spinning at all a third slower. libgomp reads this once, when torch loads it, so it is set
 in the environment when the server package is imported (before any of its torch imports), unless the user chose
 how OpenMP waits (`OMP_WAIT_POLICY` or `GOMP_SPINCOUNT`).
 """
