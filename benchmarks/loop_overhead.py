@@ -216,14 +216,9 @@ def main() -> None:
     train_config = TrainConfig(micro_batch_size=rows, loss="grpo", beta=0.0)
     with tempfile.TemporaryDirectory(prefix="art-loop-") as tmp:
         folder = Path(tmp)
-        if args.tiny:
-            from art_agents.server.ops.tiny_model import build_tiny_model
+        from learning import bench_model
 
-            base_model, gguf_file = str(build_tiny_model(folder / "tiny")), None
-        else:
-            from learning import smollm2_gguf
-
-            base_model, gguf_file = smollm2_gguf()
+        base_model, gguf_file = bench_model(args.tiny, folder / "tiny")
         model_path = endless_copy(base_model, gguf_file, folder / "endless")
         print(
             f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {args.prompts} prompts x {args.group_size} "

@@ -46,7 +46,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from learning import smollm2_gguf  # noqa: E402
+from learning import bench_model  # noqa: E402
 from mcp_tasks import TASK_SETS, Solved, TaskSet  # noqa: E402
 
 from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
@@ -179,14 +179,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
 
     started = time.perf_counter()
     deadline = started + 60 * args.budget_min
-    if args.tiny:
-        from art_agents.server.ops.tiny_model import build_tiny_model
-
-        base_model, gguf_file = str(build_tiny_model(art_path / "tiny-model")), None
-    elif args.model:
-        base_model, gguf_file = args.model, args.gguf_file
-    else:
-        base_model, gguf_file = smollm2_gguf()
+    base_model, gguf_file = bench_model(args.tiny, art_path / "tiny-model", args.model, args.gguf_file)
     tasks: TaskSet = TASK_SETS[args.tasks]
     solved = tasks.solved(args.scenarios, args.val, args.seed)
     scenarios = [task.scenario for task in solved]

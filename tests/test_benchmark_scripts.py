@@ -114,6 +114,23 @@ def test_grpo_step_reports_time_and_peak_memory_of_both_sides() -> None:
 
 
 @pytest.mark.slow
+def test_first_requests_runs_on_the_tiny_model() -> None:
+    out = run_script("first_requests.py", "--tiny", "--runs", "1", "--busy", "1", "--batches", "3", "--max-tokens", "4")
+    for condition in ("quiet", "busy"):
+        for side in ("shipped", "spinning", "passive"):
+            assert re.search(
+                rf"^{condition} {side}: first batch .* first / batch 3 {RATIO} \[goal <= 1\.3x: (met|missed)\]$",
+                out,
+                re.M,
+            ), out
+        assert re.search(
+            rf"^summary {condition}, all batches of a run: spinning / shipped {RATIO}; passive / shipped {RATIO}$",
+            out,
+            re.M,
+        ), out
+
+
+@pytest.mark.slow
 def test_replicas_benchmark_runs_on_the_tiny_model() -> None:
     out = run_script("replicas.py", "--tiny", "--rounds", "1", "--requests", "4", "--max-tokens", "4")
     assert re.search(rf"^summary: throughput 2 replicas / 1 {RATIO}$", out, re.M), out

@@ -1,10 +1,12 @@
 """Supervised fine-tuning on the tiny model: assistant-only masks, falling loss, the SFT'd adapter served as
-`name@N+1`, one lineage with RL steps, and bad input refused without losing the served checkpoint."""
+`name@N+1`, one lineage with RL steps, and bad input (or weights that cannot serve) refused without losing the
+served checkpoint."""
 
 from __future__ import annotations
 
 import collections
 import json
+import math
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,12 +17,13 @@ from server_fixtures import ADD_TOOL
 
 import art_agents as art
 from art_agents.distill import keep_best
-from art_agents.errors import ServerError
+from art_agents.errors import ArtError, ServerError
 from art_agents.local import LocalBackend
 from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.sequences import Policy, TrainingInputError, sft_sequences
 from art_agents.utils.sft import create_lr_schedule, create_sft_dataset_iterator, iterate_file, train_sft_from_file
+from art_agents.wire import TrainEvent, TrainSFTEvent
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}
 REPLY = "Zorbia's capital is Quuxtown."
@@ -101,6 +104,16 @@ async def greedy(model: art.TrainableModel, question: str, max_tokens: int) -> t
     return completion.model, completion.choices[0].message.content or ""
 
 
+async def rollout(model: art.TrainableModel, reward: float) -> art.Trajectory:
+    """One sampled reply to "Say hi.", rewarded as given (a group of two with a spread trains)."""
+    trajectory = art.Trajectory(messages_and_choices=[{"role": "user", "content": "Say hi."}], reward=reward)
+    completion = await model.openai_client().chat.completions.create(
+        model=model.get_inference_name(), messages=trajectory.messages(), max_tokens=6
+    )
+    trajectory.messages_and_choices.append(completion.choices[0])
+    return trajectory
+
+
 async def test_sft_memorises_a_reply_that_the_next_step_serves(backend: LocalBackend, tiny_model_path: Path) -> None:
     model = await registered(backend, "memo", tiny_model_path)
     demos = [demonstration(), demonstration("Name Zorbia's capital.")]
@@ -123,15 +136,7 @@ async def test_sft_then_rl_then_sft_is_one_lineage(backend: LocalBackend, tiny_m
     model = await registered(backend, "mixed", tiny_model_path)
     assert (await model.train_sft([demonstration()], art.TrainSFTConfig(learning_rate=1e-3))).step == 1
 
-    async def rollout(reward: float) -> art.Trajectory:
-        trajectory = art.Trajectory(messages_and_choices=[{"role": "user", "content": "Say hi."}], reward=reward)
-        completion = await model.openai_client().chat.completions.create(
-            model=model.get_inference_name(), messages=trajectory.messages(), max_tokens=6
-        )
-        trajectory.messages_and_choices.append(completion.choices[0])
-        return trajectory
-
-    group = art.TrajectoryGroup([await rollout(0.0), await rollout(1.0)])
+    group = art.TrajectoryGroup([await rollout(model, 0.0), await rollout(model, 1.0)])
     assert (await model.train([group], progress=False)).step == 2
     best = group.trajectories[1]  # sampled by this server at step 1: SFT trains on its stored tokens
     result = await model.train_sft([best], art.TrainSFTConfig(learning_rate=1e-3, train_on="last_assistant"))
@@ -173,6 +178,47 @@ async def test_bad_input_is_a_400_and_the_last_checkpoint_keeps_serving(
     assert refused.value.status == 400
     assert await model.get_step() == 0 and (await greedy(model, "hi", 2))[0] == "refused@0"
     assert not (backend.path / "sft" / "models" / "refused" / "history.jsonl").exists()
+
+
+async def test_a_step_whose_weights_overflow_is_refused_naming_the_rate_and_step_n_serves(
+    backend: LocalBackend, tiny_model_path: Path
+) -> None:
+    """A learning rate of 1e30 gives a finite loss (measured before the update) and weights whose logits overflow:
+    committed, every completion would fail. SFT and RL alike are refused before the commit."""
+    model = await registered(backend, "overflow", tiny_model_path)
+    assert (await model.train_sft([demonstration()], art.TrainSFTConfig(learning_rate=1e-3), progress=False)).step == 1
+    with pytest.raises(ArtError, match=r"learning_rate=1e\+30.*lower the learning rate.*step 1 keeps serving"):
+        await model.train_sft([demonstration()], art.TrainSFTConfig(learning_rate=1e30), progress=False)
+    assert await model.get_step() == 1 and (await greedy(model, "hi", 3))[0] == "overflow@1"
+    group = art.TrajectoryGroup([await rollout(model, 0.0), await rollout(model, 1.0)])
+    with pytest.raises(ArtError, match=r"learning_rate=1e\+30.*lower the learning rate.*step 1 keeps serving"):
+        await model.train([group], art.TrainConfig(learning_rate=1e30), progress=False)
+    assert [row["step"] for row in history(backend, "overflow")] == [1]
+    assert not (backend.path / "sft" / "models" / "overflow" / "checkpoints" / "0002").exists()
+    # the policy was put back too: the next sane call trains from step 1's weights, and serves
+    assert (await model.train_sft([demonstration()], art.TrainSFTConfig(learning_rate=1e-3), progress=False)).step == 2
+    assert (await greedy(model, "hi", 3))[0] == "overflow@2"
+
+
+async def test_a_nan_loss_reaches_the_user_as_the_servers_sentence(
+    backend: LocalBackend, tiny_model_path: Path
+) -> None:
+    model = await registered(backend, "nan-loss", tiny_model_path)
+    config = art.TrainSFTConfig(learning_rate=1e30, epochs=3, batch_size=1)  # progress events carry a NaN loss
+    with pytest.raises(ArtError, match="lower the learning rate") as failed:
+        await model.train_sft([demonstration()], config, progress=False)
+    assert "ValidationError" not in str(failed.value)
+    assert await model.get_step() == 0 and (await greedy(model, "hi", 3))[0] == "nan-loss@0"
+
+
+@pytest.mark.parametrize("event", [TrainEvent, TrainSFTEvent])
+def test_non_finite_metrics_travel_as_null_and_come_back_as_nan(event: type[TrainEvent]) -> None:
+    sent = event(type="progress", done=1, total=3, metrics={"loss": math.nan, "grad_norm": math.inf, "lr": 1e-3})
+    line = sent.model_dump_json()
+    json.loads(line)  # strict JSON: no NaN or Infinity literals
+    received = event.model_validate_json(line)
+    assert math.isnan(received.metrics["loss"]) and math.isnan(received.metrics["grad_norm"])
+    assert received.metrics["lr"] == 1e-3
 
 
 def test_lr_schedules_warm_up_then_decay() -> None:
