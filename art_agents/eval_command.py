@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from art_agents import parts
+
 if TYPE_CHECKING:
     from art_agents.evaluation import Evaluation
     from art_agents.loop import TrainJob
@@ -47,7 +49,9 @@ def eval_job(
         Path | None, typer.Option(help="Run folder for eval/NAME/. Default: the job's model folder, or the run folder.")
     ] = None,
     name: Annotated[str, typer.Option(help="The evaluation's name (its folder under eval/).")] = "heldout",
-    rollouts_per_scenario: Annotated[int, typer.Option(min=1)] = 1,
+    rollouts_per_scenario: Annotated[
+        int, typer.Option(min=1, help="Rollouts of each scenario per model; a scenario's reward is their mean.")
+    ] = 1,
     decoding: Annotated[
         str | None,
         typer.Option(
@@ -65,13 +69,11 @@ def eval_job(
     ] = None,
 ) -> None:
     """Evaluate and compare models on held-out scenarios with a job's or a run's rollout; saved and resumable."""
-    from art_agents.autorl.run_eval import run_kind
-
     sys.path[:0] = [str(source.resolve().parent), str(Path.cwd())]
     options: dict[str, Any] = {"name": name, "rollouts_per_scenario": rollouts_per_scenario}
     wanted = [m.strip() for m in models.split(",") if m.strip()]
     if source.is_dir():
-        if run_kind(source) is None:
+        if parts.load(parts.RUN_KIND)(source) is None:
             typer.echo(
                 f"error: {source} is neither a job file nor an autorl/mcp-rl run folder: pass the TOML job file of "
                 "`art-agents train` (with --scenarios HELDOUT.jsonl) or the --out folder of `art-agents autorl` or "
@@ -118,11 +120,10 @@ async def _run_folder(
     folder: Path, wanted: list[str], judge: dict[str, Any], reward: str | None, options: dict[str, Any]
 ) -> Evaluation:
     """The run's held-out split with its own scored rollout; by default its step 0 against its latest step."""
-    from art_agents.autorl.run_eval import run_evaluation
     from art_agents.loop import load_function
 
     scorer = load_function(reward, "reward") if reward else None
-    async with run_evaluation(folder, reward=scorer, **judge) as run:
+    async with parts.load(parts.RUN_EVALUATION)(folder, reward=scorer, **judge) as run:
         ours = run.config.name
         return await _evaluate(run.rollout, run.heldout, wanted or [f"{ours}@0", ours], ours, run.registered, options)
 

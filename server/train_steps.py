@@ -177,8 +177,6 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
                 work = StepWork(spec.kind, spec.config, policy, spec.groups)  # type: ignore[arg-type]
                 async with served.engine.beside_training():
                     metrics = await asyncio.to_thread(trainer.run, work, progress)
-                if not metrics.get("skipped"):
-                    await asyncio.to_thread(_check_servable, served, step, spec.config.learning_rate)
             finally:
                 served.policy.model.eval()
                 trim_heap()
@@ -186,6 +184,7 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
             metrics = {**spec.caller_metrics, **metrics, **served.engine.prefill_tokens.take_metrics()}
             if not metrics.get("skipped"):
                 async with served.engine.paused():
+                    await asyncio.to_thread(_check_servable, served, step, spec.config.learning_rate)
                     await asyncio.to_thread(
                         _commit, served, step + 1, trainer.optimizer_state(), metrics, spec, started
                     )
