@@ -112,19 +112,27 @@ def smollm2_folder(work: Path) -> Path:
 
 
 def make_batch(
-    tokenizer: Any, groups: int, group_size: int, completion_tokens: int, seed: int = 0
+    tokenizer: Any, groups: int, group_size: int, completion_tokens: int, seed: int = 0, prompt_tokens: int = 0
 ) -> list[dict[str, Any]]:
-    """Rows of prompt ids, completion ids (random, fixed length, ending in eos) and a reward, group-major."""
+    """Rows of prompt ids, completion ids (random, fixed length, ending in eos) and a reward, group-major.
+
+    `prompt_tokens` > 0 puts a system message of about that many tokens before each task, as an agent's system
+    prompt and tool list (an MCP•RL rollout's head is ~700-850 tokens on SmolLM2)."""
     import random
 
     from art_agents.server.chat_format import render_prompt_ids
 
     rng = random.Random(seed)
     vocab = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids]
+    head = []
+    if prompt_tokens:
+        words = " ".join(f"tool_{i}(a, b) returns the result of operation {i}." for i in range(prompt_tokens))
+        text = tokenizer.decode(tokenizer.encode(words, add_special_tokens=False)[:prompt_tokens])
+        head = [{"role": "system", "content": text}]
     rows = []
     for g in range(groups):
         prompt = render_prompt_ids(
-            tokenizer, [{"role": "user", "content": f"Task {g}: write something about the number {g}."}], None
+            tokenizer, [*head, {"role": "user", "content": f"Task {g}: write something about the number {g}."}], None
         )
         for _ in range(group_size):
             completion = [rng.choice(vocab) for _ in range(completion_tokens - 1)] + [tokenizer.eos_token_id]
@@ -187,6 +195,21 @@ def ours_step(
         trainer.train(groups, config)
 
     return step
+
+
+def full_head(step: Callable[[], None]) -> Callable[[], None]:
+    """`step` with the language-model head over every position, as before it started at the first trained token."""
+    from art_agents.server.training import logprobs
+
+    def run() -> None:
+        first_trained = logprobs._first_trained
+        logprobs._first_trained = lambda mask: 0
+        try:
+            step()
+        finally:
+            logprobs._first_trained = first_trained
+
+    return run
 
 
 def trl_step(
@@ -253,6 +276,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--completion-tokens", type=int, default=32)
+    parser.add_argument("--prompt-tokens", type=int, default=0, help="a system message this long (an agent's head)")
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=5, help="measured steps of each side, interleaved")
     parser.add_argument("--model", default="tiny", help="tiny (the tests' model), smollm2, or a model folder")
@@ -274,12 +298,20 @@ def main() -> None:
         else:
             model_path = smollm2_folder(work) if options.model == "smollm2" else Path(options.model)
         tokenizer = AutoTokenizer.from_pretrained(model_path)
-        rows = make_batch(tokenizer, options.groups, options.group_size, options.completion_tokens)
+        rows = make_batch(
+            tokenizer,
+            options.groups,
+            options.group_size,
+            options.completion_tokens,
+            prompt_tokens=options.prompt_tokens,
+        )
         print(
             f"batch: {options.groups} groups x {options.group_size} completions, prompt {len(rows[0]['prompt_ids'])} + "
             f"completion {options.completion_tokens} tokens, micro-batch {options.micro_batch_size}, CPU threads {torch.get_num_threads()}"
         )
         run_ours = ours_step(model_path, tokenizer, rows, options.micro_batch_size, work)
+        (work / "full").mkdir()
+        run_full = full_head(ours_step(model_path, tokenizer, rows, options.micro_batch_size, work / "full"))
         run_trl = trl_step(
             model_path,
             tokenizer,
@@ -289,8 +321,12 @@ def main() -> None:
             work,
             options.trl_gradient_checkpointing,
         )
-        peaks: dict[str, list[float]] = {"ours": [], "trl": []}
-        sides = {"ours": measured(run_ours, peaks["ours"]), "trl": measured(run_trl, peaks["trl"])}
+        peaks: dict[str, list[float]] = {"ours": [], "full": [], "trl": []}
+        sides = {
+            "ours": measured(run_ours, peaks["ours"]),
+            "full": measured(run_full, peaks["full"]),
+            "trl": measured(run_trl, peaks["trl"]),
+        }
         times = interleaved(sides, rounds=options.steps)
     memory = {side: Summary.of(values[1:]) for side, values in peaks.items()}  # after the warm-up round
     checkpointing = "on" if options.trl_gradient_checkpointing else "off"
@@ -300,6 +336,11 @@ def main() -> None:
     print(
         f"TRL GRPOTrainer loss+backward+step (gradient checkpointing {checkpointing}): {times['trl']} per step, "
         f"peak {memory['trl'].format('MiB', 1)} above its start"
+    )
+    print(
+        f"ours with the head over every position: {times['full']} per step, peak {memory['full'].format('MiB', 1)}; "
+        f"from the first trained token / every position: time {ratio(times['ours'], times['full']).format('x', 1, 2)}, "
+        f"peak memory {ratio(memory['ours'], memory['full']).format('x', 1, 2)}"
     )
     print(f"ratio (ours / TRL): {ratio(times['ours'], times['trl']).format('x', 1, 2)}")
     print(f"peak memory ratio (ours / TRL): {ratio(memory['ours'], memory['trl']).format('x', 1, 2)}")

@@ -52,3 +52,33 @@ def test_only_the_models_logits_and_one_number_per_position_are_kept_for_backwar
     saved = out.grad_fn.saved_tensors
     assert sum(t.numel() for t in saved if t.dim() == 3) == logits.numel()  # the logits themselves, no copy
     assert any(t.data_ptr() == logits.data_ptr() for t in saved)
+
+
+def test_logits_start_at_the_first_trained_token_with_the_same_values_and_gradients(tiny_model_path) -> None:
+    """A prompt-heavy batch: the head runs from the first trained column of any row on, and the trained columns'
+    logprobs, the entropy and the LoRA gradients equal those of logits over every position."""
+    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
+
+    model, _ = load_peft_model(str(tiny_model_path), TOY_MODEL_CONFIG)
+    torch.manual_seed(2)
+    ids = torch.randint(3, 200, (2, 24))
+    attention = torch.ones_like(ids)
+    attention[1, 20:] = 0  # right padding
+    temperatures = torch.rand(2, 23) + 0.5
+    mask = torch.zeros(2, 23, dtype=torch.bool)
+    mask[0, 15:22], mask[1, 9:19] = True, True  # row 1's first trained column (9) is where the head starts
+    grads = []
+    for given in (None, mask):
+        model.zero_grad()
+        logps, scaled = logprobs.token_logprobs(model, ids, attention, temperatures, given)
+        (logps * mask).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad})
+        if given is None:
+            full, full_entropy = logps.detach(), scaled.entropy_sum(mask)
+    assert scaled.start == 9 and scaled.logits.shape[1] == 23 - 9
+    assert bool((logps[:, :9] == 0).all())
+    torch.testing.assert_close(logps.detach()[mask], full[mask], atol=1e-6, rtol=1e-6)
+    assert scaled.entropy_sum(mask) == pytest.approx(full_entropy, rel=1e-6)
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)

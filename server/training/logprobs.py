@@ -6,6 +6,10 @@ beside the model's own logits: on a 150k-token vocabulary that is most of a step
 the model's logits (which exist anyway) and one log-sum-exp per position are kept; the softmax is
 recomputed a chunk of positions at a time in backward. Values and gradients are the written-out formula's,
 computed in fp32 whatever the logits' dtype.
+
+Given the mask of the tokens that train, the model computes logits only from the first of them on
+(`logits_to_keep`): an agent's sequence is mostly prompt (system prompt, tools, tool results), and the
+language-model head over a large vocabulary is a large share of a forward pass's time and memory.
 """
 
 from __future__ import annotations
@@ -59,14 +63,17 @@ class _SelectedLogprobs(torch.autograd.Function):
 
 @dataclass
 class ScaledLogits:
-    """The logits a step scored with and the temperature of each position, for metrics after the fact."""
+    """The logits a step scored with and the temperature of each position, for metrics after the fact; they begin
+    at column `start` of the logprobs (none were computed before the first trained token)."""
 
     logits: torch.Tensor
     temperatures: torch.Tensor
+    start: int = 0
 
     def entropy_sum(self, mask: torch.Tensor) -> float:
         """Sum of the entropies of the masked positions' tempered distributions, a chunk at a time."""
         total = 0.0
+        mask = mask[:, self.start :]
         with torch.no_grad():
             for row, positions in _chunks(self.logits):
                 kept = mask[row, positions]
@@ -82,14 +89,27 @@ def token_logprobs(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     temperatures: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, ScaledLogits]:
     """Logprob of each token given its prefix at its sampling temperature, and what it was computed from.
 
     Column j of the result is token j + 1 (token 0 has no prefix); callers shift the mask and
-    `temperatures` (B, T - 1, the temperature token j + 1 was sampled at) to match.
+    `temperatures` (B, T - 1, the temperature token j + 1 was sampled at) to match. With `mask` (those
+    columns' trained tokens), columns before the first trained one in any row are 0, not computed.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits[:, :-1]
+    width = input_ids.shape[1] - 1
+    start = _first_trained(mask) if mask is not None else 0
+    kept = {"logits_to_keep": width + 1 - start} if start else {}
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kept).logits[:, :-1]
     if temperatures is None:
-        temperatures = torch.ones(logits.shape[:2], dtype=torch.float32, device=logits.device)
-    targets = input_ids[:, 1:]
-    return _SelectedLogprobs.apply(logits, targets, temperatures), ScaledLogits(logits.detach(), temperatures)
+        temperatures = torch.ones((input_ids.shape[0], width), dtype=torch.float32, device=logits.device)
+    temperatures = temperatures[:, start:]
+    selected = _SelectedLogprobs.apply(logits, input_ids[:, start + 1 :], temperatures)
+    logps = torch.nn.functional.pad(selected, (start, 0)) if start else selected
+    return logps, ScaledLogits(logits.detach(), temperatures, start)
+
+
+def _first_trained(mask: torch.Tensor) -> int:
+    """The first column any row trains (0 when none does)."""
+    columns = mask.any(dim=0).nonzero()
+    return int(columns[0]) if len(columns) else 0

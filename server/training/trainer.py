@@ -176,7 +176,9 @@ class PolicyTrainer:
                 for c, chunk in enumerate(share):
                     batch = collate(chunk, self._pad_id(), params[0].device)
                     with self.ranks.syncing(c == len(share) - 1):
-                        logps, logits = token_logprobs(self._forward, batch["input_ids"], batch["attention_mask"])
+                        logps, logits = token_logprobs(
+                            self._forward, batch["input_ids"], batch["attention_mask"], mask=batch["mask"]
+                        )
                         del logits
                         loss = -(logps * batch["mask"]).sum() / tokens
                         (loss * self.ranks.world).backward()
@@ -242,7 +244,7 @@ class PolicyTrainer:
             for b, batch in enumerate(batches):
                 with self.ranks.syncing(b == len(batches) - 1):
                     logps, logits = token_logprobs(
-                        self._forward, batch["input_ids"], batch["attention_mask"], batch["temperatures"]
+                        self._forward, batch["input_ids"], batch["attention_mask"], batch["temperatures"], batch["mask"]
                     )
                     old_logps = logps.detach() if old is None else old[b]
                     if iteration == 0:
@@ -319,7 +321,7 @@ class PolicyTrainer:
         self.model.eval()
         with torch.no_grad(), self.model.disable_adapter() if base else contextlib.nullcontext():
             return [
-                token_logprobs(self._forward, b["input_ids"], b["attention_mask"], b["temperatures"])[0]
+                token_logprobs(self._forward, b["input_ids"], b["attention_mask"], b["temperatures"], b["mask"])[0]
                 for b in batches
             ]
 
