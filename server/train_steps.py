@@ -236,14 +236,17 @@ def _commit(
 
 
 def _check_servable(served: ServedModel, step: int, learning_rate: float | list[float]) -> None:
-    """Refuse trained weights that cannot serve before they are committed, putting step's weights back."""
+    """Refuse trained weights that cannot serve before they are committed; if they are refused (or the check itself
+    fails), the policy gets step's weights back, so the next step trains from what is served."""
     from art_agents.server.training.servable import UnservableWeights, check_servable
 
     try:
         check_servable(served.policy.model, served.policy.tokenizer, learning_rate)
-    except UnservableWeights as exc:
+    except Exception as exc:
         served.policy.load_checkpoint(checkpoints.checkpoint_path(served.model_dir, step))
-        raise UnservableWeights(f"step {step + 1} was not committed: {exc}; step {step} keeps serving") from None
+        if isinstance(exc, UnservableWeights):
+            raise UnservableWeights(f"step {step + 1} was not committed: {exc}; step {step} keeps serving") from None
+        raise
 
 
 def trajectories_path(model_dir: Path, split: str, step: int) -> Path:
