@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from art_agents.schema import Schema
 
@@ -47,6 +47,11 @@ class ChatMessage(Schema):
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
     reasoning_content: str | None = Field(default=None, description="Reasoning text, when a server returns it.")
+    weight: Literal[0, 1] | None = Field(
+        default=None,
+        description="OpenAI's fine-tuning key on assistant messages: 0 keeps the message as context that "
+        "`train_sft` does not train (a worked example in the prompt); 1 or absent trains it.",
+    )
 
     @field_validator("role", mode="before")
     @classmethod
@@ -58,6 +63,15 @@ class ChatMessage(Schema):
             )
         return value
 
+    @model_validator(mode="after")
+    def _weight_on_assistant_only(self) -> ChatMessage:
+        if self.weight is not None and self.role != "assistant":
+            raise ValueError(
+                f"a {self.role} message has 'weight' {self.weight}; only assistant messages carry a training weight "
+                "(other messages are never trained): drop the key"
+            )
+        return self
+
     def text(self) -> str:
         """The message's text, with multi-part content joined."""
         if self.content is None:
@@ -67,8 +81,9 @@ class ChatMessage(Schema):
         return "".join(str(part.get("text", "")) for part in self.content if isinstance(part, dict))
 
     def wire(self) -> dict[str, Any]:
-        """The dict an OpenAI-compatible server expects (no null fields)."""
-        return self.model_dump(mode="json", exclude_none=True)
+        """The dict an OpenAI-compatible chat server expects: no null fields, and no `weight`, a fine-tuning
+        key that chat endpoints refuse (the trajectory's own JSON keeps it)."""
+        return self.model_dump(mode="json", exclude_none=True, exclude={"weight"})
 
     def same_as(self, other: ChatMessage) -> bool:
         """Equality that ignores what clients rewrite freely (null vs empty content, extra keys)."""

@@ -56,7 +56,9 @@ class ToolRolloutConfig(Schema):
         default_factory=list,
         description=(
             "Worked examples as OpenAI messages (user, assistant with tool_calls, tool, ...), placed between the "
-            "system prompt and the task: few-shot demonstrations that small models follow better than instructions."
+            "system prompt and the task: few-shot demonstrations that small models follow better than instructions. "
+            "Their assistant messages are marked `weight` 0 in the trajectory, so `train_sft` on it trains only the "
+            "rollout's own replies."
         ),
     )
 
@@ -74,6 +76,15 @@ def _answer_of(arguments: str) -> str:
     except json.JSONDecodeError:
         return arguments
     return str(parsed.get("answer", "")) if isinstance(parsed, dict) else str(parsed)
+
+
+def _mark_examples(trajectory: Trajectory, count: int) -> None:
+    """The worked examples (after the system prompt) are prompt, not this rollout's work: `"weight": 0` keeps
+    `train_sft` from imitating them again in every demonstration. Marked after the last call, since the capture
+    rebuilds the messages from each request and chat endpoints refuse the key."""
+    for message in trajectory.messages[1 : 1 + count]:
+        if message.role == "assistant":
+            message.weight = 0
 
 
 async def tool_rollout(
@@ -124,6 +135,7 @@ async def tool_rollout(
                     messages.append(tool_message)
                     # a result the model never gets to read (last turn) still belongs in the trajectory
                     record_tool_result(call.id, tool_message["content"], name=call.function.name)
+            _mark_examples(trajectory, len(config.examples))
             trajectory.metadata["answer"] = answer
             trajectory.metrics.update(metrics)
             trajectory.metrics["completed"] = completed

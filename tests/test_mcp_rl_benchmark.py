@@ -103,6 +103,8 @@ def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
     assert "task success" in done.stdout and "valid tool call" in done.stdout
     summary = json.loads(out.read_text())
     assert summary["draws"] == 1 and len(summary["before"]["items"]) == len(summary["after"]["items"]) == 3
+    phases = ("load", "base_evaluation", "rollouts", "training", "final_evaluation", "other", "wall")
+    assert tuple(summary["phases"]) == phases and "seconds by phase: load " in done.stdout  # RL only: no SFT
     row = summary["rows"]["task success"]
     assert row["ci"][0] <= row["diff"] <= row["ci"][1]
     assert not list(scratch.glob("art-*"))  # the temporary art path (tiny model, checkpoints) is removed

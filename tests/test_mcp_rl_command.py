@@ -169,12 +169,16 @@ def teacher_or_scripted(body: dict[str, Any]) -> str | dict[str, Any]:
 @pytest.mark.timeout(400)
 @pytest.mark.slow  # a warmup and an RL step on the tiny model
 def test_an_sft_warmup_runs_before_rl_and_is_not_redone(tiny_model_path: Path, tmp_path: Path) -> None:
-    out = tmp_path / "run"
+    out, config = tmp_path / "run", tmp_path / "run.toml"
     env = {**os.environ, "ART_AGENTS_RULER_CACHE": str(tmp_path / "ruler-cache")}
+    config.write_text(  # a worked example in every prompt: the warmup must not train it
+        '[rollout]\nexamples = [{role = "user", content = "What time is it in Lima?"}, '
+        '{role = "assistant", content = "I would call get_current_time with America/Lima."}]\n'
+    )
     with ScriptedOpenAI() as server:
         server.default = teacher_or_scripted
         argv = [
-            *command(server.base_url, tiny_model_path, out),
+            *command(server.base_url, tiny_model_path, out), "--config", str(config),
             "--steps", "1", "--scenarios", "2", "--val-scenarios", "1", "--groups-per-step", "1",
             "--sft-warmup", "2", "--teacher-model", "teacher", "--teacher-api-base", server.base_url,
         ]  # fmt: skip
@@ -192,9 +196,10 @@ def test_an_sft_warmup_runs_before_rl_and_is_not_redone(tiny_model_path: Path, t
     assert warmup["done"] and warmup["sft_step"] == 1 and warmup["rollouts"] == 4 and warmup["failed"] == 0
     assert warmup["kept"] + warmup["dropped"] == 4 and warmup["kept"] >= 2  # the judge's best of each group
     assert set(warmup["seconds"]) == {"teacher_rollouts", "scoring", "sft"}
-    assert warmup["sft_metrics"]["turns_retokenized"] == 2 * warmup["kept"]
+    assert warmup["sft_metrics"]["turns_retokenized"] == 2 * warmup["kept"]  # its own two turns, not the example
     groups = [json.loads(line) for line in (out / "warmup" / "teacher.jsonl").read_text().split("\n") if line]
     assert [len(g["trajectories"]) for g in groups] == [2, 2]
+    assert all(t["messages"][2]["weight"] == 0 for g in groups for t in g["trajectories"])
     assert all(
         t["metrics"]["completed"] and t["metrics"]["tool_errors"] == 0 for g in groups for t in g["trajectories"]
     )

@@ -68,6 +68,37 @@ def test_only_assistant_tokens_carry_loss(
         assert "<tool_response>\n4\n</tool_response>" in tokenizer.decode(sequences[1].token_ids)  # result masked
 
 
+def with_worked_example(weight: int | None) -> art.Trajectory:
+    """A worked example exchange in the prompt, then the task and the reply to imitate; `weight` on the example."""
+    example = {"role": "assistant", "content": "Worked example: the capital of Blorb is Fooville."}
+    return art.Trajectory(
+        messages_and_choices=[
+            {"role": "user", "content": "What is the capital of Blorb?"},
+            example if weight is None else {**example, "weight": weight},
+            {"role": "user", "content": "What is the capital of Zorbia?"},
+            {"role": "assistant", "content": REPLY},
+        ]
+    )
+
+
+def test_a_worked_example_marked_weight_0_is_context_not_trained(tokenizer: Any, store: TokenStore) -> None:
+    marked = art.Trajectory.model_validate_json(with_worked_example(0).model_dump_json())  # as the wire carries it
+    assert marked.messages[1].weight == 0 and "weight" not in marked.messages()[1]  # chat endpoints never see it
+    (sequence,), stats = sft_sequences([marked], store, tokenizer, Policy("m", 0))
+    trained = tokenizer.decode([t for t, m in zip(sequence.token_ids, sequence.mask, strict=True) if m])
+    assert stats.turns_retokenized == 1 and REPLY in trained and "Fooville" not in trained
+    assert "Fooville" in tokenizer.decode(sequence.token_ids)  # still in the prompt, as context
+    (alone,), _ = sft_sequences([demonstration()], store, tokenizer, Policy("m", 0))
+    assert sequence.trained_tokens == alone.trained_tokens  # the reply's tokens, nothing of the example
+    unmarked, _ = sft_sequences([with_worked_example(None)], store, tokenizer, Policy("m", 0))
+    assert sum(s.trained_tokens for s in unmarked) > sequence.trained_tokens  # unmarked, the example trains too
+    with pytest.raises(TrainingInputError, match=r"trajectories\[0\].*all marked weight 0"):
+        only_context = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Hello.", "weight": 0}]
+        sft_sequences([art.Trajectory(messages_and_choices=only_context)], store, tokenizer, Policy("m", 0))
+    with pytest.raises(ValueError, match=r"(?s)messages\[0\].*only assistant messages carry a training weight"):
+        art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi", "weight": 0}])
+
+
 def test_a_trajectory_without_an_assistant_reply_is_named(tokenizer: Any, store: TokenStore) -> None:
     question = art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}])
     with pytest.raises(TrainingInputError, match=r"trajectories\[1\].*no assistant message.*add the reply"):
@@ -130,6 +161,18 @@ async def test_sft_memorises_a_reply_that_the_next_step_serves(backend: LocalBac
     rows = history(backend, "memo")
     assert [(row["step"], row["kind"]) for row in rows] == [(n, "sft") for n in (1, 2, 3, 4)]
     assert rows[0]["metrics"]["learning_rate"] == 1e-2 and rows[0]["metrics"]["tokens_trained"] > 0
+
+
+async def test_the_server_trains_only_the_demonstrations_own_turns(
+    backend: LocalBackend, tiny_model_path: Path
+) -> None:
+    model = await registered(backend, "examples", tiny_model_path)
+    config = art.TrainSFTConfig(learning_rate=1e-4)
+    alone, marked, unmarked = [
+        (await model.train_sft([t], config, progress=False)).metrics["tokens_trained"]
+        for t in (demonstration(), with_worked_example(0), with_worked_example(None))
+    ]
+    assert marked == alone < unmarked
 
 
 async def test_sft_then_rl_then_sft_is_one_lineage(backend: LocalBackend, tiny_model_path: Path) -> None:

@@ -74,3 +74,6 @@ async def test_a_plain_answer_ends_the_rollout_and_few_shot_examples_come_first(
     request = scripted.requests[0]
     assert [m["content"] for m in request["messages"][1:]] == ["Example task", "Example answer", SCENARIO.task]
     assert request["messages"][0]["content"].startswith("Use the kv tools.") and request["temperature"] == 0.3
+    assert all("weight" not in m for m in request["messages"])  # chat endpoints refuse the fine-tuning key
+    # the example's reply is prompt, marked so that train_sft on this trajectory trains only the rollout's own reply
+    assert [m.weight for m in trajectory.messages if m.role == "assistant"] == [0, None]

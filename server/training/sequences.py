@@ -171,9 +171,11 @@ def sft_sequences(
 ) -> tuple[list[TrainSequence], BuildStats]:
     """Sequences whose trained tokens are the assistant replies of `trajectories` (sequence.trajectory is the index).
 
-    Every assistant message trains (or each trajectory's last, `last_only`): one this server sampled for `policy`
-    (its completion id is in `store`) on its stored tokens, any other (a teacher's, a file's) re-tokenized through
-    the chat template with the history's tools. Non-assistant tokens are masked as in RL.
+    Every assistant message trains (or each trajectory's last, `last_only`) except those marked `"weight": 0`, as
+    in OpenAI's fine-tuning format: worked examples in a prompt are context, not the demonstration. One this
+    server sampled for `policy` (its completion id is in `store`) trains on its stored tokens, any other (a
+    teacher's, a file's) is re-tokenized through the chat template with the history's tools. Non-assistant tokens
+    are masked as in RL.
     """
     ids = [turn.completion_id for trajectory in trajectories for turn in trajectory.turns if policy.owns(turn)]
     stored = set(store.get_many([cid for cid in ids if cid is not None]))
@@ -182,21 +184,22 @@ def sft_sequences(
         turns = _assistant_turns(trajectory, policy, stored)
         if not turns:
             raise TrainingInputError(
-                f"trajectories[{t}] (id {trajectory.id!r}) has no assistant message to learn from; add the reply to "
-                "imitate as the last message, or drop the trajectory"
+                f"trajectories[{t}] (id {trajectory.id!r}) has no assistant message to learn from (none, or all "
+                "marked weight 0); add the reply to imitate as the last message, or drop the trajectory"
             )
         demonstrations.append(trajectory.model_copy(update={"turns": turns[-1:] if last_only else turns}))
     return build_sequences([TrajectoryGroup(demonstrations)], store, tokenizer, policy=policy)
 
 
 def _assistant_turns(trajectory: Trajectory, policy: Policy, stored: set[str]) -> list[Turn]:
-    """A turn per assistant message: the recorded one where this policy sampled it, else one to re-tokenize."""
+    """A turn per assistant message not marked weight 0: the recorded one where this policy sampled it, else one
+    to re-tokenize."""
     sampled = {(t.history, t.index): t for t in trajectory.turns if t.completion_id in stored and policy.owns(t)}
     return [
         sampled.get((h, i), Turn(history=h, index=i))
         for h, history in enumerate(trajectory.histories())
         for i, message in enumerate(history.messages)
-        if message.role == "assistant"
+        if message.role == "assistant" and message.weight != 0
     ]
 
 
