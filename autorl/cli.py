@@ -113,6 +113,17 @@ def mcp_rl(
     val_scenarios: Annotated[int | None, Opt(help="Held-out scenarios (default 8).")] = None,
     max_turns: Annotated[int | None, Opt(help="Model calls per rollout (default 6).")] = None,
     max_tokens: Annotated[int | None, Opt(help="Tokens per model call (default 256).")] = None,
+    temperature: Annotated[
+        float | None, Opt(help="Sampling temperature the RL rollouts start at (default 1.0).")
+    ] = None,
+    adapt_temperature: Annotated[
+        bool | None,
+        Opt(
+            "--adapt-temperature/--fixed-temperature",
+            help="After a draw whose groups all tie, lower the temperature if they failed alike, raise it back if they "
+            "succeeded alike (default on; a small model at 1.0 often fails every attempt alike).",
+        ),
+    ] = None,
     learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default mcp-rl-run).")] = None,
     fresh: Fresh = False,
@@ -147,7 +158,8 @@ def mcp_rl(
         "teacher_params": _litellm_params(teacher_api_base, teacher_api_key),
         "scenarios": scenarios,
         "val_scenarios": val_scenarios,
-        "rollout": {"max_turns": max_turns, "max_tokens": max_tokens},
+        "rollout": {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature},
+        "temperature_schedule": {"adapt": adapt_temperature},
         "train": {"learning_rate": learning_rate},
         "out": out,
     }

@@ -8,7 +8,6 @@ the run folder, so rerunning the same command resumes at the last saved step.
 
 from __future__ import annotations
 
-import functools
 import json
 import shlex
 import time
@@ -31,6 +30,7 @@ from art_agents.autorl.scenarios import (
 )
 from art_agents.autorl.scoring import GroupScorer, RewardFn
 from art_agents.autorl.sft_warmup import Warmup, check_teacher, pending, sft_warmup, teacher
+from art_agents.autorl.temperature import AdaptiveTemperature
 from art_agents.autorl.tool_rollout import server_rollout
 from art_agents.integrations.mcp import MCPServer
 from art_agents.loop import StepRecord, load_function, train_loop
@@ -137,7 +137,13 @@ async def run_mcp_rl(
             rubric=config.rubric,
             judge_params=config.judge_params,
         )
-        rollout = functools.partial(server_rollout, server=server, config=config.rollout)
+        temperature = AdaptiveTemperature(config.rollout.temperature, config.temperature_schedule)
+
+        async def rollout(model: Any, scenario: Scenario) -> Any:
+            """The tool rollout at the temperature of the moment (the teacher's warmup runs at the starting one)."""
+            settings = config.rollout.model_copy(update={"temperature": temperature.current})
+            return await server_rollout(model, scenario, server, settings)
+
         async with registered_model(config, folder) as model:
             step = await model.get_step()
             before = await _evaluation(config, folder, model, server, val, scorer, step=0, current=step, echo=echo)
@@ -156,7 +162,7 @@ async def run_mcp_rl(
                     train,
                     steps=last - step,
                     after_each=scorer,
-                    after_train=_StepEcho(scorer, echo),
+                    after_train=_StepEcho(scorer, temperature, echo),
                     **config.loop_options(),
                 )
             step = await model.get_step()
@@ -179,18 +185,25 @@ async def run_mcp_rl(
 
 
 class _StepEcho:
-    """Prints each step as it ends, with the seconds of its phases: rollouts (which include scoring, done as each
-    group finishes), scoring (reward function or judge) and training."""
+    """Prints each step as it ends, with the temperature its rollouts were sampled at (and the next draw's, when a
+    draw without a reward spread moves it) and the seconds of its phases: rollouts (which include scoring, done as
+    each group finishes), scoring (reward function or judge) and training. The temperature joins the record's metrics."""
 
-    def __init__(self, scorer: GroupScorer, echo: Echo) -> None:
-        self.scorer, self.echo, self.scored = scorer, echo, scorer.seconds
+    def __init__(self, scorer: GroupScorer, temperature: AdaptiveTemperature, echo: Echo) -> None:
+        self.scorer, self.temperature, self.echo, self.scored = scorer, temperature, echo, scorer.seconds
 
     async def __call__(self, record: StepRecord, groups: list[Any]) -> None:
         scoring, self.scored = self.scorer.seconds - self.scored, self.scorer.seconds
+        sampled = [t.metrics["temperature"] for g in groups for t in g.trajectories if "temperature" in t.metrics]
+        used = sum(sampled) / len(sampled) if sampled else self.temperature.current
+        record.metrics["rollout/temperature"] = used
+        following = self.temperature.after_draw(record.advanced, record.reward_mean)
+        moved = f", next draw at {following:g}" if following != used else ""
         state = "" if record.advanced else " (no reward spread: nothing trained)"
         self.echo(
-            f"step {record.step}{state}: reward {record.reward_mean:.3f} over {record.rollouts} rollouts; seconds: "
-            f"rollouts {record.rollout_s:.1f} (scoring {scoring:.1f}), train {record.train_s:.1f}"
+            f"step {record.step}{state}: reward {record.reward_mean:.3f} over {record.rollouts} rollouts at "
+            f"temperature {used:g}{moved}; seconds: rollouts {record.rollout_s:.1f} (scoring {scoring:.1f}), "
+            f"train {record.train_s:.1f}"
         )
 
 

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from art_agents.autorl.run_config import RunConfig
 from art_agents.autorl.scoring import TOOL_USE_RUBRIC
+from art_agents.autorl.temperature import TemperatureSchedule
 from art_agents.autorl.tool_rollout import ToolRolloutConfig
 from art_agents.integrations.mcp import MCPServer
 from art_agents.train_config import TrainSFTConfig
@@ -35,6 +36,10 @@ class MCPRLConfig(RunConfig):
     name: str = "mcp-agent"
     project: str = "mcp-rl"
     rollout: ToolRolloutConfig = Field(default_factory=ToolRolloutConfig)
+    temperature_schedule: TemperatureSchedule = Field(
+        default_factory=TemperatureSchedule,
+        description="How the RL rollouts' temperature (starting at `rollout.temperature`) adapts to draws that tie.",
+    )
     rubric: str = TOOL_USE_RUBRIC
     reward: str | None = Field(None, description="`module:function` (scenario, trajectory) -> float, instead of RULER.")
     scenarios: int = Field(24, ge=1, description="Training scenarios to generate.")

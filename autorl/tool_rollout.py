@@ -140,6 +140,7 @@ async def tool_rollout(
             trajectory.metrics.update(metrics)
             trajectory.metrics["completed"] = completed
             trajectory.metrics["ran_out_of_turns"] = not completed and answer is None
+            trajectory.metrics["temperature"] = config.temperature  # what was sampled at, when it adapts
     finally:
         await client.close()
     return trajectory

@@ -86,8 +86,8 @@ def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_pat
         assert second.returncode == 0, second.stderr
         assert "reusing 6 scenarios" in second.stdout and "resuming the run" in second.stdout
         printed = first_stdout + second.stdout  # each step is printed as it ends, by one run or the other
-        assert re.search(r"^step \d: reward [\d.]+ over \d+ rollouts; seconds: rollouts [\d.]+ \(scoring [\d.]+\), "
-                         r"train [\d.]+$", printed, re.M), printed  # fmt: skip
+        assert re.search(r"^step \d: reward [\d.]+ over \d+ rollouts at temperature 1; seconds: rollouts [\d.]+ "
+                         r"\(scoring [\d.]+\), train [\d.]+$", printed, re.M), printed  # fmt: skip
         assert re.search(r"^eval at step 0: \{.*\} \([\d.]+ s\)$", printed, re.M), printed
         assert generator_requests(server) == 1  # nothing regenerated
         assert (out / "scenarios.jsonl").read_text().splitlines() == scenarios
