@@ -28,7 +28,7 @@ REPORTERS = {
 }
 # The `register(app)` of each part that adds `art-agents` subcommands, with the hint shown when it cannot load.
 CLI_PARTS = {
-    "art_agents.server.ops.cli:register": "serve, doctor, tiny-model, export (extra: server)",
+    "art_agents.server.ops.cli:register": "serve, doctor, tiny-model, export, trainer-node (extra: server)",
     "art_agents.reporting:register": "report",
     "art_agents.train_command:register": "train",
     "art_agents.eval_command:register": "eval",

@@ -256,6 +256,30 @@ class ModelConfig(Schema):
             "else cpu. Processes talk over nccl on CUDA, gloo on CPU."
         ),
     )
+    trainer_nodes: int = Field(
+        1,
+        ge=1,
+        description=(
+            "Machines training together, each with `trainer_processes` processes (torchrun's --nnodes): the "
+            "server's node is node 0; each other node runs `art-agents trainer-node --rendezvous "
+            "trainer_rendezvous --node-rank K`. `art_path` must be a filesystem every node sees at the same path."
+        ),
+    )
+    trainer_rendezvous: str | None = Field(
+        None,
+        description=(
+            "With trainer_nodes > 1: HOST:PORT where the server hosts torch.distributed's store for the nodes to "
+            "meet (HOST: the server node's address as the other nodes reach it; PORT: open between the nodes)."
+        ),
+    )
+    trainer_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description=(
+            "Trainer processes: how long forming the group waits for every node, and how long a collective waits "
+            "for a rank before the step fails (torch.distributed's timeout)."
+        ),
+    )
     vllm_server_url: str | None = Field(
         None,
         description=(
@@ -296,6 +320,11 @@ class ModelConfig(Schema):
             raise ValueError(
                 f"trainer_devices names {len(self.trainer_devices)} devices for trainer_processes="
                 f"{self.trainer_processes}; give one device per process, or leave trainer_devices empty"
+            )
+        if self.trainer_nodes > 1 and not (self.trainer_processes and self.trainer_rendezvous):
+            raise ValueError(
+                f"trainer_nodes={self.trainer_nodes} needs trainer_processes >= 1 (processes per node) and "
+                "trainer_rendezvous (HOST:PORT the other nodes reach the server at)"
             )
         return self
 

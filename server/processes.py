@@ -38,6 +38,16 @@ def exit_with_parent(pid: int, *, interval_s: float = 1.0) -> threading.Thread:
     return thread
 
 
+def how_it_ended(code: int | None) -> str:
+    """A process's exit status as words for an error message (None: it has not ended)."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        how = f"killed by {signal.Signals(-code).name}"
+        return how + ", often the out-of-memory killer" if code == -signal.SIGKILL else how
+    return f"exit code {code}"
+
+
 _GROUP_WATCHDOG = """
 import os, signal, sys, time
 import psutil

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMANDS = ["autorl", "doctor", "mcp-rl", "quickstart", "report", "serve", "tiny-model", "train"]
+COMMANDS = ["autorl", "doctor", "mcp-rl", "quickstart", "report", "serve", "tiny-model", "train", "trainer-node"]
 
 
 def cli(*args: str, columns: int = 100, cwd: Path | None = None) -> str:

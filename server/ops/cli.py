@@ -1,4 +1,5 @@
-"""`art-agents serve`, `doctor`, `tiny-model`, `quickstart` and `export` (in export_command.py)."""
+"""`art-agents serve`, `doctor`, `tiny-model`, `quickstart`, `export` (in export_command.py) and `trainer-node`
+(in trainer_node_command.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from art_agents.extras import require_extra
 from art_agents.server.cpu_threads import THREADS_ENV, use_cpu_threads
 from art_agents.server.ops.export_command import export
 from art_agents.server.ops.quickstart import ROLLOUTS_PER_GROUP
+from art_agents.server.ops.trainer_node_command import trainer_node
 from art_agents.wire import RegisterRequest
 
 LOOPBACK_NAMES = {"localhost"}
@@ -284,3 +286,4 @@ def register(app: typer.Typer) -> None:
     app.command("tiny-model")(tiny_model)
     app.command("quickstart")(quickstart)
     app.command("export")(export)
+    app.command("trainer-node")(trainer_node)

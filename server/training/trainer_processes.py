@@ -1,19 +1,20 @@
 """The trainer processes of one served model (`ModelConfig.trainer_processes`): started by the server at the
-first step, driven over a socket pair each, and stopped with the model.
+first step, driven over a socket pair each, and stopped with the model; with `trainer_nodes` > 1, joined by as
+many on each other node, started there by `art-agents trainer-node` (trainer_node.py).
 
 The server keeps its one HTTP face and its own copy of the LoRA (what checkpoints are written from and a failed
-step rolls back to). Each step it hands every process the served weights and optimizer state
-(trainer_worker.py) and takes rank 0's answer back into its policy. A process that dies, or a step that fails
-on some ranks and leaves the others waiting in a collective, stops the whole group with an error naming the
-rank; the step fails, the last checkpoint keeps serving, and the next step starts a new group.
+step rolls back to). Each step it hands rank 0 the served weights and optimizer state, rank 0 shares them with
+the group (trainer_worker.py), and the server takes rank 0's answer back into its policy. The group meets in a
+store the server hosts (group_store.py), so every step of every generation uses one address. A process that
+dies, a node that stops beating, or a step that fails on some ranks and leaves the others waiting in a
+collective stops the whole group with an error naming the node and rank; the step fails, the last checkpoint
+keeps serving, and the next step forms a new group (a new generation) with whatever nodes wait for it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +24,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NoReturn
 
+from art_agents.server.processes import how_it_ended
+from art_agents.server.training.group_store import GroupStore, host_store
+from art_agents.server.training.node_watch import NodeWatch, rank_name
 from art_agents.server.training.policy_model import PolicyModel
 from art_agents.server.training.ranks import set_trainable_weights, trainable_weights
 from art_agents.server.training.sequences import TrainingInputError
@@ -34,7 +38,7 @@ log = logging.getLogger("art_agents.server")
 
 ERROR_GRACE_S = 30.0  # after one rank fails, how long the others get to answer before the group is stopped
 STOP_WAIT_S = 10.0
-_WORKER = "art_agents.server.training.trainer_worker"
+WORKER = "art_agents.server.training.trainer_worker"
 
 
 class TrainerProcessFailed(RuntimeError):
@@ -49,8 +53,12 @@ class _Rank:
 
 class TrainerProcesses:
     def __init__(self, base_model: str, config: ModelConfig, model_dir: Path) -> None:
-        self._setup = (base_model, config, model_dir)
+        self._setup = WorkerSetup(base_model, config, str(model_dir))
+        self._address = config.trainer_rendezvous or f"127.0.0.1:{_free_port()}"
+        self._hosted: Any = None  # the store, hosted from the first step for as long as the model is served
+        self._group: GroupStore | None = None
         self._ranks: list[_Rank] = []
+        self._step = 0
 
     @property
     def pids(self) -> list[int]:
@@ -62,22 +70,21 @@ class TrainerProcesses:
         """One step on every process; returns rank 0's metrics, new trainable weights and optimizer state."""
         if not self._ranks:
             self._start()
-        request = StepRequest(work, weights, optimizer_state)
-        for r, rank in enumerate(self._ranks):
-            try:
-                send(rank.conn, request)
-            except OSError:
-                self._fail(self._death(r))
+        self._step += 1
+        try:
+            send(self._ranks[0].conn, StepRequest(work, weights, optimizer_state))
+        except OSError:
+            self._fail(self._death(0))
         _, metrics, new_weights, state = self._answers("done", progress)[0]
         return metrics, new_weights, state
 
     def stop(self, *, graceful: bool = True) -> None:
-        """Stop every process (asking first when `graceful`); the next step starts a new group."""
+        """Stop every process (asking rank 0 to stop the group first when `graceful`); the next step forms a new
+        group."""
         ranks, self._ranks = self._ranks, []
-        for rank in ranks:
-            if graceful and rank.process.poll() is None:
-                with contextlib.suppress(OSError):
-                    send(rank.conn, None)
+        if graceful and ranks and ranks[0].process.poll() is None:
+            with contextlib.suppress(OSError):
+                send(ranks[0].conn, None)
         deadline = time.monotonic() + (STOP_WAIT_S if graceful else 0.0)
         for rank in ranks:
             try:
@@ -86,34 +93,46 @@ class TrainerProcesses:
                 rank.process.kill()
                 rank.process.wait()
             rank.conn.close()
+        if self._group is not None:
+            self._group.give_up()  # the other nodes stop what is left of this generation's ranks
+            self._group = None
 
     def _start(self) -> None:
-        base_model, config, model_dir = self._setup
-        setup = WorkerSetup(base_model, config, str(model_dir), _free_port(), os.getpid())
+        config = self._setup.config
+        if self._hosted is None:
+            self._hosted = host_store(self._address)
+        self._group = GroupStore(self._hosted, 0).publish(self._setup)
+        self._step = 0
         for rank in range(config.trainer_processes):
             ours, theirs = socket.socketpair()
             # -P: the working folder stays off the path (a checkout's art_agents/ would shadow the installed package)
-            command = [sys.executable, "-P", "-m", _WORKER, str(theirs.fileno()), str(rank)]
-            process = subprocess.Popen(command, pass_fds=[theirs.fileno()])
+            command = [sys.executable, "-P", "-m", WORKER, self._address, str(self._group.generation), str(rank)]
+            process = subprocess.Popen([*command, str(theirs.fileno())], pass_fds=[theirs.fileno()])
             theirs.close()
-            conn = Connection(ours.detach())
-            send(conn, setup)
-            self._ranks.append(_Rank(process, conn))
-        log.info("started %d trainer processes (%s): pids %s", len(self._ranks), config.trainer_sharding, self.pids)
+            self._ranks.append(_Rank(process, Connection(ours.detach())))
+        log.info(
+            "started %d trainer processes (%s): pids %s; %d nodes meet at %s",
+            len(self._ranks),
+            config.trainer_sharding,
+            self.pids,
+            config.trainer_nodes,
+            self._address,
+        )
         self._answers("ready", None)
 
     def _answers(self, ok: str, progress: Progress | None) -> list[tuple]:
-        """Every rank's answer, each `ok` (progress from rank 0 passed on); a death or a failure stops the group
-        and raises."""
+        """Every local rank's answer, each `ok` (progress from rank 0 passed on), while the other nodes are
+        watched; a death or a failure stops the group and raises."""
+        assert self._group is not None
+        watch = NodeWatch(self._group, self._setup.config, self._step, joining=ok == "ready")
         pending = {rank.conn: r for r, rank in enumerate(self._ranks)}
         answers: dict[int, tuple] = {}
         deadline: float | None = None
         while pending:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = wait(list(pending), timeout)
-            if not ready:
-                break  # the ranks that failed left the others waiting in a collective
-            for conn in ready:
+            if watch.nodes:
+                timeout = min(timeout if timeout is not None else NodeWatch.POLL_S, NodeWatch.POLL_S)
+            for conn in wait(list(pending), timeout):
                 r = pending[conn]  # type: ignore[index]
                 try:
                     answer = receive(conn)  # type: ignore[arg-type]
@@ -127,19 +146,29 @@ class TrainerProcesses:
                 del pending[conn]  # type: ignore[arg-type]
                 if answer[0] != ok and deadline is None:
                     deadline = time.monotonic() + ERROR_GRACE_S
-        return self._checked(answers, ok)
+            if lost := watch.check():
+                self._fail(f"{lost}; {_RESTART}")
+            if watch.failures and deadline is None:
+                deadline = time.monotonic() + ERROR_GRACE_S
+            if deadline is not None and time.monotonic() >= deadline:
+                break  # the ranks that failed left the others waiting in a collective
+        return self._checked(answers, ok, watch)
 
-    def _checked(self, answers: dict[int, tuple], ok: str) -> list[tuple]:
+    def _checked(self, answers: dict[int, tuple], ok: str, watch: NodeWatch) -> list[tuple]:
         failed = {r: a for r, a in answers.items() if a[0] != ok}
         if not failed and len(answers) == len(self._ranks):
             return [answers[r] for r in range(len(self._ranks))]
-        if len(failed) == len(self._ranks) and all(a[0] == "input_error" for a in failed.values()):
+        if lost := watch.explain():  # a rank on another node died: the ranks here only lost it
+            self._fail(f"{lost}; {_RESTART}")
+        failed.update(watch.failures)
+        if len(failed) == self._setup.world and all(a[0] == "input_error" for a in failed.values()):
             raise TrainingInputError(failed[0][1])  # every rank refused the same input: the group is fine
-        r, answer = min(failed.items()) if failed else (-1, ("error", "no answer"))
+        r, answer = min(failed.items(), key=_first_failure) if failed else (-1, ("error", "no answer"))
         if answer[0] == "input_error":
             self.stop(graceful=False)
             raise TrainingInputError(answer[1])
-        self._fail(f"trainer process rank {r} failed: {_last_line(answer[1])}; {_RESTART}")
+        where = rank_name(self._setup.config, r)
+        self._fail(f"trainer {where} failed: {_last_line(answer[1])}{watch.missing()}; {_RESTART}")
 
     def _fail(self, message: str) -> NoReturn:
         """Stop the group (some of it may wait in a collective that never completes) and fail the step."""
@@ -152,13 +181,8 @@ class TrainerProcesses:
             code = process.wait(STOP_WAIT_S)
         except subprocess.TimeoutExpired:
             code = None
-        if code is not None and code < 0:
-            how = f"killed by {signal.Signals(-code).name}"
-            if code == -signal.SIGKILL:
-                how += ", often the out-of-memory killer"
-        else:
-            how = f"exit code {code}"
-        return f"trainer process rank {r} (pid {process.pid}) died ({how}; the server log has its output); {_RESTART}"
+        where = rank_name(self._setup.config, r)
+        return f"trainer {where} (pid {process.pid}) died ({how_it_ended(code)}; the server log has its output); {_RESTART}"
 
 
 class ProcessTrainer:
@@ -180,6 +204,12 @@ class ProcessTrainer:
 
 
 _RESTART = "the step failed, the last checkpoint keeps serving, and the next step starts new trainer processes"
+
+
+def _first_failure(item: tuple[int, tuple]) -> tuple[float, int]:
+    """The failure the others followed: the first to take a number from the store (input errors take none)."""
+    r, answer = item
+    return (answer[2] if len(answer) > 2 else float("inf"), r)
 
 
 def _last_line(text: str) -> str:

@@ -1,0 +1,129 @@
+"""`art-agents trainer-node`: the trainer ranks of one more node (torchrun's `--node-rank`) for a server whose
+model trains with `trainer_nodes` > 1.
+
+It connects to the store the server hosts (group_store.py) and waits there for a generation; for each it starts
+this node's ranks (trainer_worker.py, rank = node x processes per node + local rank, as torchrun numbers them),
+tells the store how any of them died, and stops what is left of them when the server gives the generation up or
+forms the next. It beats every BEAT_S on a connection of its own, so the server can tell a lost node from a slow
+one. It outlives steps, failed steps and server restarts (it connects again); stop it with Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from types import FrameType
+
+from art_agents.server.processes import how_it_ended
+from art_agents.server.training.group_store import BEAT_S, GroupStore
+from art_agents.server.training.trainer_processes import STOP_WAIT_S, WORKER
+
+log = logging.getLogger("art_agents.trainer_node")
+
+POLL_S = 0.2
+RECONNECT_S = 5.0
+
+
+def run_trainer_node(address: str, node: int) -> None:
+    """Serve as node `node` of the group meeting at `address` until stopped."""
+    if node < 1:
+        raise ValueError("--node-rank 0 is the server's own node; the other nodes are 1, 2, ...")
+    from torch.distributed import DistError
+
+    signal.signal(signal.SIGTERM, _stop_on_signal)  # SIGTERM stops this node's ranks as Ctrl-C does
+    while True:
+        log.info("node %d: waiting for the server's store at %s", node, address)
+        ranks = _NodeRanks(address, node)
+        try:
+            ranks.serve()
+        except DistError as exc:
+            log.warning("node %d: lost the server's store (%s); connecting again", node, _first_line(exc))
+            time.sleep(RECONNECT_S)
+        finally:
+            ranks.stop()
+
+
+class _NodeRanks:
+    """This node's ranks of the newest generation, over one connection to the store."""
+
+    def __init__(self, address: str, node: int) -> None:
+        self._address, self._node = address, node
+        self._store = GroupStore.connect(address, timeout_s=3600)
+        self._group: GroupStore | None = None
+        self._ranks: dict[int, subprocess.Popen] = {}
+        beats = GroupStore.connect(address)
+        threading.Thread(target=_beat, args=(beats, node), name="art-node-beat", daemon=True).start()
+
+    def serve(self) -> None:
+        log.info("node %d: connected to %s", self._node, self._address)
+        while True:
+            latest = self._store.latest()
+            if latest and (self._group is None or latest > self._group.generation):
+                self.stop()
+                self._group = GroupStore(self._store.store, latest)
+                if not self._group.is_over():
+                    self._start(self._group)
+            elif self._group is not None and self._ranks and self._group.is_over():
+                self.stop()
+            self._report_deaths()
+            time.sleep(POLL_S)
+
+    def _start(self, group: GroupStore) -> None:
+        config = group.setup().config
+        if self._node >= config.trainer_nodes:
+            log.warning("node %d: the model trains on %d nodes; this one waits", self._node, config.trainer_nodes)
+            return
+        per_node = config.trainer_processes
+        for rank in range(self._node * per_node, (self._node + 1) * per_node):
+            command = [sys.executable, "-P", "-m", WORKER, self._address, str(group.generation), str(rank)]
+            self._ranks[rank] = subprocess.Popen(command)
+        pids = [p.pid for p in self._ranks.values()]
+        log.info("node %d: generation %d, ranks %s (pids %s)", self._node, group.generation, list(self._ranks), pids)
+
+    def _report_deaths(self) -> None:
+        for rank, process in list(self._ranks.items()):
+            code = process.poll()
+            if code is None:
+                continue
+            del self._ranks[rank]
+            if code != 0 and self._group is not None:
+                how = how_it_ended(code)
+                self._group.died(rank, f"(pid {process.pid} on {socket.gethostname()}) died ({how})")
+
+    def stop(self) -> None:
+        ranks, self._ranks = list(self._ranks.values()), {}
+        for process in ranks:
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + STOP_WAIT_S
+        for process in ranks:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _beat(group: GroupStore, node: int) -> None:
+    """Raise the node's heartbeat until the connection breaks (the node then connects again, with a new one)."""
+    from torch.distributed import DistError
+
+    try:
+        while True:
+            group.beat(node)
+            time.sleep(BEAT_S)
+    except DistError:
+        return
+
+
+def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -1,0 +1,163 @@
+"""Training across nodes: two "nodes" on this machine, each a process group of its own on loopback (gloo), node 1
+started as `art-agents trainer-node` in a working folder of its own, the model's folder shared by both.
+
+A step over 2 nodes x 1 rank makes one process's update (loss, gradients, weights); a rank killed on node 1, and
+then the whole of node 1, fail their steps by node and rank with the served weights untouched, and the next step
+forms the group again (with node 1 started anew where it was killed whole); a node that never comes is named with the command that would start it.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import torch
+from server_fixtures import free_port
+from test_trainer_processes import assert_same_update, perturbed_lora
+from test_training_trainer import groups_for
+
+from art_agents.server.storage.token_store import TokenStore
+from art_agents.server.training.policy_model import PolicyModel
+from art_agents.server.training.ranks import trainable_weights
+from art_agents.server.training.sequences import Policy
+from art_agents.server.training.step_work import Progress, StepWork
+from art_agents.server.training.trainer import PolicyTrainer
+from art_agents.server.training.trainer_processes import ProcessTrainer, TrainerProcesses, TrainerProcessFailed
+from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
+
+
+class Node:
+    """`art-agents trainer-node` in its own folder and process group (so the whole node can be killed at once)."""
+
+    def __init__(self, rendezvous: str, rank: int, folder: Path) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "art_agents", "trainer-node", "--rendezvous", rendezvous]
+        self.process = subprocess.Popen([*command, "--node-rank", str(rank)], cwd=folder, start_new_session=True)
+
+    def rank_pids(self) -> list[int]:
+        children = psutil.Process(self.process.pid).children(recursive=True)
+        return [child.pid for child in children if "trainer_worker" in " ".join(child.cmdline())]
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+@pytest.fixture
+def two_nodes(tiny_model_path: Path, tmp_path: Path) -> Iterator[tuple[TrainerProcesses, ModelConfig, list[Node]]]:
+    """Node 0 is this process's TrainerProcesses; node 1 waits at the rendezvous (the list, so a test may replace
+    it as an orchestrator would)."""
+    rendezvous = f"127.0.0.1:{free_port()}"
+    config = ModelConfig(trainer_processes=1, trainer_nodes=2, trainer_rendezvous=rendezvous)
+    processes = TrainerProcesses(str(tiny_model_path), config, tmp_path / "shared")
+    nodes = [Node(rendezvous, 1, tmp_path / "node1")]
+    try:
+        yield processes, config, nodes
+    finally:
+        processes.stop()
+        for node in nodes:
+            node.process.terminate()
+            node.process.wait(30)
+
+
+@pytest.fixture
+def shared_store(tmp_path: Path) -> TokenStore:
+    return TokenStore(tmp_path / "shared" / "tokens" / "store.sqlite")  # where every node's ranks read it
+
+
+def test_two_nodes_of_one_process_train_as_one(
+    two_nodes: tuple[TrainerProcesses, ModelConfig, list[Node]],
+    tiny_model_path: Path,
+    tokenizer: Any,
+    shared_store: TokenStore,
+) -> None:
+    processes, config, _ = two_nodes
+    model = perturbed_lora(tiny_model_path, config)
+    groups = groups_for(model, tokenizer, shared_store)  # 10 sequences: micro-batches of 2 split 3 and 2
+    rl = StepWork("rl", TrainConfig(micro_batch_size=2, max_grad_norm=1e6), Policy("m", 0), groups)
+    sft = StepWork("sft", TrainSFTConfig(micro_batch_size=3, max_grad_norm=1e6), Policy("m", 0), groups[:1])
+    for work, metrics in ((rl, ("loss", "grad_norm", "entropy", "tokens_trained")), (sft, ("loss", "grad_norm"))):
+        alone = PolicyTrainer(copy.deepcopy(model), tokenizer, shared_store)
+        m1 = alone.run(work, None)
+        policy = PolicyModel(copy.deepcopy(model), tokenizer)
+        together = ProcessTrainer(processes, policy, None)
+        m2 = together.run(work, None)
+        assert_same_update(
+            (m1, trainable_weights(alone.model), alone.optimizer_state()),
+            (m2, trainable_weights(policy.model), together.optimizer_state()),
+            metrics,
+        )
+
+
+def kill_on_first_batch(kill: Callable[[], None]) -> Progress:
+    def progress(done: int, total: int, metrics: dict[str, float]) -> None:
+        if done == 1:  # rank 0's first micro-batch of 5: rank 1 cannot be past the gradient sync
+            kill()
+
+    return progress
+
+
+def test_a_killed_node_fails_the_step_by_name_and_the_next_step_trains_with_the_node_started_again(
+    two_nodes: tuple[TrainerProcesses, ModelConfig, list[Node]],
+    tiny_model_path: Path,
+    tokenizer: Any,
+    shared_store: TokenStore,
+    tmp_path: Path,
+) -> None:
+    processes, config, nodes = two_nodes
+    model = perturbed_lora(tiny_model_path, config)
+    work = StepWork("rl", TrainConfig(micro_batch_size=1), Policy("m", 0), groups_for(model, tokenizer, shared_store))
+    policy = PolicyModel(model, tokenizer)
+    before = trainable_weights(model)
+    with pytest.raises(TrainerProcessFailed, match=r"node 1 \(ranks 1\) stopped beating.*keeps serving"):
+        ProcessTrainer(processes, policy, None).run(work, kill_on_first_batch(nodes[0].kill))
+    for name, weight in trainable_weights(model).items():  # the server's copy was not touched
+        torch.testing.assert_close(weight, before[name], atol=0, rtol=0)
+    nodes.append(Node(config.trainer_rendezvous or "", 1, tmp_path / "node1-again"))  # as an orchestrator would
+    assert ProcessTrainer(processes, policy, None).run(work, None)["optimizer_steps"] == 1
+
+
+@pytest.mark.slow  # about 20 s: the group is formed twice
+def test_a_rank_killed_on_a_living_node_is_named_and_the_node_starts_new_ranks_for_the_next_step(
+    two_nodes: tuple[TrainerProcesses, ModelConfig, list[Node]],
+    tiny_model_path: Path,
+    tokenizer: Any,
+    shared_store: TokenStore,
+) -> None:
+    processes, config, nodes = two_nodes
+    model = perturbed_lora(tiny_model_path, config)
+    work = StepWork("rl", TrainConfig(micro_batch_size=1), Policy("m", 0), groups_for(model, tokenizer, shared_store))
+    policy = PolicyModel(model, tokenizer)
+    processes.train(work, trainable_weights(model), None, None)  # forms the group across both nodes
+    (victim,) = nodes[0].rank_pids()
+    with pytest.raises(TrainerProcessFailed, match=rf"node 1 rank 1 \(pid {victim} on .*\) died \(killed by SIGKILL"):
+        ProcessTrainer(processes, policy, None).run(work, kill_on_first_batch(lambda: os.kill(victim, signal.SIGKILL)))
+    assert ProcessTrainer(processes, policy, None).run(work, None)["optimizer_steps"] == 1
+    assert nodes[0].rank_pids() not in ([], [victim])
+
+
+def test_a_node_that_never_comes_is_named_with_its_command(tiny_model_path: Path, tmp_path: Path) -> None:
+    rendezvous = f"127.0.0.1:{free_port()}"
+    config = ModelConfig(trainer_processes=1, trainer_nodes=2, trainer_rendezvous=rendezvous, trainer_timeout_s=3)
+    processes = TrainerProcesses(str(tiny_model_path), config, tmp_path)
+    try:
+        with pytest.raises(
+            TrainerProcessFailed,
+            match=rf"node 1 did not join \(is `art-agents trainer-node --rendezvous {rendezvous} --node-rank 1`",
+        ):
+            processes.train(StepWork("rl", TrainConfig(), Policy("m", 0), []), {}, None, None)
+    finally:
+        processes.stop()
+
+
+def test_several_nodes_need_a_rendezvous() -> None:
+    with pytest.raises(ValueError, match=r"trainer_nodes=2 needs trainer_processes >= 1 .* and trainer_rendezvous"):
+        ModelConfig(trainer_processes=1, trainer_nodes=2)
