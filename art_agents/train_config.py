@@ -269,7 +269,8 @@ class ModelConfig(Schema):
         None,
         description=(
             "With trainer_nodes > 1: HOST:PORT where the server hosts torch.distributed's store for the nodes to "
-            "meet (HOST: the server node's address as the other nodes reach it; PORT: open between the nodes)."
+            "meet (HOST: the server node's address as the other nodes reach it; PORT: open between the nodes). "
+            "None: the server's ART_TRAINER_RENDEZVOUS (a launcher that knows the node's address sets it)."
         ),
     )
     trainer_timeout_s: float = Field(
@@ -321,10 +322,9 @@ class ModelConfig(Schema):
                 f"trainer_devices names {len(self.trainer_devices)} devices for trainer_processes="
                 f"{self.trainer_processes}; give one device per process, or leave trainer_devices empty"
             )
-        if self.trainer_nodes > 1 and not (self.trainer_processes and self.trainer_rendezvous):
+        if self.trainer_nodes > 1 and not self.trainer_processes:
             raise ValueError(
-                f"trainer_nodes={self.trainer_nodes} needs trainer_processes >= 1 (processes per node) and "
-                "trainer_rendezvous (HOST:PORT the other nodes reach the server at)"
+                f"trainer_nodes={self.trainer_nodes} needs trainer_processes >= 1: the processes on every node"
             )
         return self
 

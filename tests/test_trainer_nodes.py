@@ -33,14 +33,23 @@ from art_agents.server.training.trainer import PolicyTrainer
 from art_agents.server.training.trainer_processes import ProcessTrainer, TrainerProcesses, TrainerProcessFailed
 from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
 
+NODE_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "multi-node" / "node.sh"
+
 
 class Node:
-    """`art-agents trainer-node` in its own folder and process group (so the whole node can be killed at once)."""
+    """A node started as a launcher would (examples/multi-node/node.sh: `art-agents trainer-node`), in its own
+    folder and process group (so the whole node can be killed at once)."""
 
-    def __init__(self, rendezvous: str, rank: int, folder: Path) -> None:
+    def __init__(self, rendezvous: str, rank: int, folder: Path, shared: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "art_agents", "trainer-node", "--rendezvous", rendezvous]
-        self.process = subprocess.Popen([*command, "--node-rank", str(rank)], cwd=folder, start_new_session=True)
+        host, port = rendezvous.rsplit(":", 1)
+        env = {"NODE_RANK": str(rank), "NODE0_ADDR": host, "RDZV_PORT": port, "ART_PATH": str(shared)}
+        self.process = subprocess.Popen(
+            ["bash", str(NODE_SCRIPT)],
+            cwd=folder,
+            env={**os.environ, **env, "ART_ENV": sys.prefix},
+            start_new_session=True,
+        )
 
     def rank_pids(self) -> list[int]:
         children = psutil.Process(self.process.pid).children(recursive=True)
@@ -58,7 +67,7 @@ def two_nodes(tiny_model_path: Path, tmp_path: Path) -> Iterator[tuple[TrainerPr
     rendezvous = f"127.0.0.1:{free_port()}"
     config = ModelConfig(trainer_processes=1, trainer_nodes=2, trainer_rendezvous=rendezvous)
     processes = TrainerProcesses(str(tiny_model_path), config, tmp_path / "shared")
-    nodes = [Node(rendezvous, 1, tmp_path / "node1")]
+    nodes = [Node(rendezvous, 1, tmp_path / "node1", tmp_path / "shared")]
     try:
         yield processes, config, nodes
     finally:
@@ -105,6 +114,7 @@ def kill_on_first_batch(kill: Callable[[], None]) -> Progress:
     return progress
 
 
+@pytest.mark.slow  # about 20 s on a quiet machine: the group is formed twice, node 1 started twice
 def test_a_killed_node_fails_the_step_by_name_and_the_next_step_trains_with_the_node_started_again(
     two_nodes: tuple[TrainerProcesses, ModelConfig, list[Node]],
     tiny_model_path: Path,
@@ -121,7 +131,8 @@ def test_a_killed_node_fails_the_step_by_name_and_the_next_step_trains_with_the_
         ProcessTrainer(processes, policy, None).run(work, kill_on_first_batch(nodes[0].kill))
     for name, weight in trainable_weights(model).items():  # the server's copy was not touched
         torch.testing.assert_close(weight, before[name], atol=0, rtol=0)
-    nodes.append(Node(config.trainer_rendezvous or "", 1, tmp_path / "node1-again"))  # as an orchestrator would
+    restarted = Node(config.trainer_rendezvous or "", 1, tmp_path / "node1-again", tmp_path / "shared")
+    nodes.append(restarted)  # as an orchestrator would
     assert ProcessTrainer(processes, policy, None).run(work, None)["optimizer_steps"] == 1
 
 
@@ -158,6 +169,14 @@ def test_a_node_that_never_comes_is_named_with_its_command(tiny_model_path: Path
         processes.stop()
 
 
-def test_several_nodes_need_a_rendezvous() -> None:
-    with pytest.raises(ValueError, match=r"trainer_nodes=2 needs trainer_processes >= 1 .* and trainer_rendezvous"):
-        ModelConfig(trainer_processes=1, trainer_nodes=2)
+def test_several_nodes_need_processes_and_an_address(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ART_TRAINER_RENDEZVOUS", raising=False)
+    with pytest.raises(ValueError, match=r"trainer_nodes=2 needs trainer_processes >= 1"):
+        ModelConfig(trainer_nodes=2)
+    processes = TrainerProcesses(str(tiny_model_path), ModelConfig(trainer_processes=1, trainer_nodes=2), tmp_path)
+    with pytest.raises(
+        TrainerProcessFailed, match=r"set ModelConfig\.trainer_rendezvous or the server's ART_TRAINER_RENDEZVOUS"
+    ):
+        processes.train(StepWork("rl", TrainConfig(), Policy("m", 0), []), {}, None, None)

@@ -25,8 +25,8 @@ def rank_name(config: ModelConfig, rank: int) -> str:
 class NodeWatch:
     POLL_S = 0.5
 
-    def __init__(self, group: GroupStore, config: ModelConfig, step: int, *, joining: bool) -> None:
-        self._group, self._config, self._step, self._joining = group, config, step, joining
+    def __init__(self, group: GroupStore, config: ModelConfig, address: str, step: int, *, joining: bool) -> None:
+        self._group, self._config, self._address, self._step, self._joining = group, config, address, step, joining
         self.nodes = list(range(1, config.trainer_nodes))
         self._remote = list(range(config.trainer_processes, config.trainer_processes * config.trainer_nodes))
         now = time.monotonic()
@@ -67,9 +67,8 @@ class NodeWatch:
         """While joining: the nodes that never beat, and how to start them."""
         if not self._joining or not (stopped := self._stopped()):
             return ""
-        where = self._config.trainer_rendezvous
         return "; " + ", ".join(
-            f"node {node} did not join (is `art-agents trainer-node --rendezvous {where} --node-rank {node}` "
+            f"node {node} did not join (is `art-agents trainer-node --rendezvous {self._address} --node-rank {node}` "
             "running there?)"
             for node in stopped
         )

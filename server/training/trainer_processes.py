@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
 
+RENDEZVOUS_ENV = "ART_TRAINER_RENDEZVOUS"  # the server's default trainer_rendezvous (a launcher knows the address)
 ERROR_GRACE_S = 30.0  # after one rank fails, how long the others get to answer before the group is stopped
 STOP_WAIT_S = 10.0
 WORKER = "art_agents.server.training.trainer_worker"
@@ -54,7 +56,7 @@ class _Rank:
 class TrainerProcesses:
     def __init__(self, base_model: str, config: ModelConfig, model_dir: Path) -> None:
         self._setup = WorkerSetup(base_model, config, str(model_dir))
-        self._address = config.trainer_rendezvous or f"127.0.0.1:{_free_port()}"
+        self._address = rendezvous_of(config)
         self._hosted: Any = None  # the store, hosted from the first step for as long as the model is served
         self._group: GroupStore | None = None
         self._ranks: list[_Rank] = []
@@ -99,6 +101,11 @@ class TrainerProcesses:
 
     def _start(self) -> None:
         config = self._setup.config
+        if not self._address:
+            raise TrainerProcessFailed(
+                f"trainer_nodes={config.trainer_nodes} needs a rendezvous address the other nodes reach the server at: "
+                f"set ModelConfig.trainer_rendezvous or the server's {RENDEZVOUS_ENV} (HOST:PORT)"
+            )
         if self._hosted is None:
             self._hosted = host_store(self._address)
         self._group = GroupStore(self._hosted, 0).publish(self._setup)
@@ -124,7 +131,7 @@ class TrainerProcesses:
         """Every local rank's answer, each `ok` (progress from rank 0 passed on), while the other nodes are
         watched; a death or a failure stops the group and raises."""
         assert self._group is not None
-        watch = NodeWatch(self._group, self._setup.config, self._step, joining=ok == "ready")
+        watch = NodeWatch(self._group, self._setup.config, self._address, self._step, joining=ok == "ready")
         pending = {rank.conn: r for r, rank in enumerate(self._ranks)}
         answers: dict[int, tuple] = {}
         deadline: float | None = None
@@ -217,7 +224,15 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else text
 
 
-def _free_port() -> int:
+def rendezvous_of(config: ModelConfig) -> str | None:
+    """Where the group meets: a free loopback port on one node; across nodes the model's trainer_rendezvous, else
+    the server's RENDEZVOUS_ENV, else None."""
+    if config.trainer_nodes == 1:
+        return f"127.0.0.1:{free_port()}"
+    return config.trainer_rendezvous or os.environ.get(RENDEZVOUS_ENV) or None
+
+
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]

@@ -97,6 +97,8 @@ def _next_request(world: int, rank: int, conn: Connection | None, group: Any, st
     if conn is not None and rank == 0:
         request = receive(conn)
         group.go(step, "stop" if request is None else "step")
+        if request is None:
+            return None
     elif group.wait_go(step) == "stop":
         return None
     if world > 1:
