@@ -1,6 +1,7 @@
-"""The several-node launch recipe: examples/skypilot/nodes.yaml runs examples/multi-node/node.sh on 2 nodes with
-SkyPilot's node rank and node 0's address, and node 0's command is a valid `art-agents serve` (node 1's, the
-trainer-node, is what tests/test_trainer_nodes.py starts its nodes with)."""
+"""The several-node recipes: examples/skypilot/nodes.yaml runs examples/multi-node/node.sh on 2 nodes with
+SkyPilot's node rank and node 0's address, node 0's command is a valid `art-agents serve` (node 1's, the
+trainer-node, is what tests/test_trainer_nodes.py starts its nodes with), and examples/multi-node/router.sh gives
+vLLM's router (installed from PyPI into a virtualenv of its own) only flags it knows."""
 
 from __future__ import annotations
 
@@ -8,13 +9,16 @@ import os
 import shlex
 import subprocess
 import sys
+import venv
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 TASK = ROOT / "examples" / "skypilot" / "nodes.yaml"
 NODE_SCRIPT = ROOT / "examples" / "multi-node" / "node.sh"
+ROUTER = "vllm-router==0.1.17"
 
 
 def test_the_task_runs_the_node_script_on_two_nodes_with_skypilots_rank_and_node_0s_address() -> None:
@@ -56,3 +60,19 @@ def test_node_0_serves_with_the_rendezvous_in_its_environment(tmp_path: Path) ->
     assert words[0] == "serve" and words[words.index("--host") + 1] == "0.0.0.0"
     flags = [word for word in words if word.startswith("--")]
     assert all(flag in "\n".join(help_text) for flag in flags), flags
+
+
+@pytest.mark.slow  # installs vllm-router (a 24 MB wheel) into a fresh virtualenv
+def test_the_router_recipe_starts_vllms_router_with_flags_it_knows(tmp_path: Path) -> None:
+    env_dir = tmp_path / "router-env"
+    venv.create(env_dir, with_pip=True)
+    install = subprocess.run(
+        [env_dir / "bin" / "python", "-m", "pip", "install", "-q", ROUTER], capture_output=True, text=True
+    )
+    assert install.returncode == 0, install.stderr[-3000:]
+    help_text = subprocess.run([env_dir / "bin" / "vllm-router", "--help"], capture_output=True, text=True).stdout
+    recipe = (ROOT / "examples" / "multi-node" / "router.sh").read_text()
+    command = shlex.split(recipe[recipe.index('exec "${ROUTER') :].replace("\\\n", " "))
+    flags = [word for word in command if word.startswith("--")]
+    assert flags and all(flag in help_text for flag in flags), flags
+    assert "consistent_hash" in help_text
