@@ -1,4 +1,4 @@
-"""GRPO step time: art-agents' PolicyTrainer vs TRL's GRPOTrainer, same tiny model, LoRA and batch, on CPU.
+"""GRPO step time: art-agents' PolicyTrainer vs TRL's GRPOTrainer and vs itself without a speed-up, on CPU.
 
 Both sides train the same token batch (G groups x N completions of fixed prompt and completion
 lengths, same rewards) with the same LoRA config, loss (`grpo`, beta 0), micro-batch size and
@@ -6,8 +6,10 @@ AdamW. Ours is timed for the whole `PolicyTrainer.train` call (token-store looku
 sequence building, forward/backward, clipping, optimizer step); TRL's for its own loss
 (`GRPOTrainer.compute_loss` on prepared inputs, which is what its training step runs once the
 completions exist), backward, clipping and optimizer step. Generation is excluded on both sides.
-The two run interleaved (ours, TRL, ours, ...) after one warm-up round; each figure is a median with
-its min-max spread, and the ratio is the median of the per-round ratios.
+`--against` picks the other sides: `per-row` is ours with each row's prompt computed in its own row (as
+before a micro-batch's common prompt ran once), `full-head` ours with the language-model head over every
+position. The sides run interleaved (ours, per-row, TRL, ours, ...) after one warm-up round; each figure is
+a median with its min-max spread, and a ratio is the median of the per-round ratios.
 
 Memory: each step's peak resident memory above the process's level when the step starts (sampled every
 millisecond from /proc/self/statm, the heap trimmed before each step), so what a side keeps between
@@ -17,6 +19,8 @@ of the tiny model.
 
     python benchmarks/grpo_step.py [--groups 4] [--group-size 8] [--completion-tokens 32] [--steps 5]
     python benchmarks/grpo_step.py --model smollm2 --steps 3
+    python benchmarks/grpo_step.py --model smollm2 --steps 3 --groups 2 --group-size 4 --micro-batch-size 4 \
+        --prompt-tokens 800 --completion-tokens 64 --against per-row   # an MCP•RL-shaped batch
 """
 
 from __future__ import annotations
@@ -201,15 +205,29 @@ def full_head(step: Callable[[], None]) -> Callable[[], None]:
     """`step` with the language-model head over every position, as before it started at the first trained token."""
     from art_agents.server.training import logprobs
 
+    return _patched(step, logprobs, "_first_trained", lambda mask: 0)
+
+
+def per_row(step: Callable[[], None]) -> Callable[[], None]:
+    """`step` with every row's prompt computed in its own row, as before a micro-batch's common prompt ran once."""
+    from art_agents.server.training import shared_prefix
+
+    return _patched(step, shared_prefix, "MIN_SHARED_TOKENS", 1 << 62)
+
+
+def _patched(step: Callable[[], None], module: Any, name: str, value: Any) -> Callable[[], None]:
     def run() -> None:
-        first_trained = logprobs._first_trained
-        logprobs._first_trained = lambda mask: 0
+        kept = getattr(module, name)
+        setattr(module, name, value)
         try:
             step()
         finally:
-            logprobs._first_trained = first_trained
+            setattr(module, name, kept)
 
     return run
+
+
+BASELINES = {"per-row": per_row, "full-head": full_head}
 
 
 def trl_step(
@@ -281,6 +299,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="measured steps of each side, interleaved")
     parser.add_argument("--model", default="tiny", help="tiny (the tests' model), smollm2, or a model folder")
     parser.add_argument(
+        "--against", nargs="+", default=["per-row", "trl"], choices=[*BASELINES, "trl"],
+        help="the sides ours is compared with: per-row (each row's prompt computed in its row), full-head (the "
+        "language-model head over every position), trl (TRL's GRPOTrainer)",
+    )  # fmt: skip
+    parser.add_argument(
         "--trl-gradient-checkpointing", action="store_true",
         help="TRL's own default (on); off by default here because PolicyTrainer does not checkpoint activations",
     )  # fmt: skip
@@ -309,41 +332,38 @@ def main() -> None:
             f"batch: {options.groups} groups x {options.group_size} completions, prompt {len(rows[0]['prompt_ids'])} + "
             f"completion {options.completion_tokens} tokens, micro-batch {options.micro_batch_size}, CPU threads {torch.get_num_threads()}"
         )
-        run_ours = ours_step(model_path, tokenizer, rows, options.micro_batch_size, work)
-        (work / "full").mkdir()
-        run_full = full_head(ours_step(model_path, tokenizer, rows, options.micro_batch_size, work / "full"))
-        run_trl = trl_step(
-            model_path,
-            tokenizer,
-            rows,
-            options.micro_batch_size,
-            options.group_size,
-            work,
-            options.trl_gradient_checkpointing,
-        )
-        peaks: dict[str, list[float]] = {"ours": [], "full": [], "trl": []}
-        sides = {
-            "ours": measured(run_ours, peaks["ours"]),
-            "full": measured(run_full, peaks["full"]),
-            "trl": measured(run_trl, peaks["trl"]),
-        }
-        times = interleaved(sides, rounds=options.steps)
+        steps = {"ours": ours_step(model_path, tokenizer, rows, options.micro_batch_size, work)}
+        for side in options.against:
+            if side == "trl":
+                steps[side] = trl_step(
+                    model_path,
+                    tokenizer,
+                    rows,
+                    options.micro_batch_size,
+                    options.group_size,
+                    work,
+                    options.trl_gradient_checkpointing,
+                )
+            else:
+                (work / side).mkdir()
+                steps[side] = BASELINES[side](ours_step(model_path, tokenizer, rows, options.micro_batch_size, work / side))
+        peaks: dict[str, list[float]] = {side: [] for side in steps}
+        times = interleaved({side: measured(step, peaks[side]) for side, step in steps.items()}, rounds=options.steps)
     memory = {side: Summary.of(values[1:]) for side, values in peaks.items()}  # after the warm-up round
-    checkpointing = "on" if options.trl_gradient_checkpointing else "off"
-    print(
-        f"art-agents PolicyTrainer.train: {times['ours']} per step, peak {memory['ours'].format('MiB', 1)} above its start"
-    )
-    print(
-        f"TRL GRPOTrainer loss+backward+step (gradient checkpointing {checkpointing}): {times['trl']} per step, "
-        f"peak {memory['trl'].format('MiB', 1)} above its start"
-    )
-    print(
-        f"ours with the head over every position: {times['full']} per step, peak {memory['full'].format('MiB', 1)}; "
-        f"from the first trained token / every position: time {ratio(times['ours'], times['full']).format('x', 1, 2)}, "
-        f"peak memory {ratio(memory['ours'], memory['full']).format('x', 1, 2)}"
-    )
-    print(f"ratio (ours / TRL): {ratio(times['ours'], times['trl']).format('x', 1, 2)}")
-    print(f"peak memory ratio (ours / TRL): {ratio(memory['ours'], memory['trl']).format('x', 1, 2)}")
+    names = {
+        "ours": "art-agents PolicyTrainer.train",
+        "per-row": "ours with each row's prompt in its row",
+        "full-head": "ours with the head over every position",
+        "trl": f"TRL GRPOTrainer loss+backward+step (gradient checkpointing "
+        f"{'on' if options.trl_gradient_checkpointing else 'off'})",
+    }
+    for side in steps:
+        print(f"{names[side]}: {times[side]} per step, peak {memory[side].format('MiB', 1)} above its start")
+    for side in options.against:
+        print(
+            f"ours / {side}: time {ratio(times['ours'], times[side]).format('x', 1, 2)}, "
+            f"peak memory {ratio(memory['ours'], memory[side]).format('x', 1, 2)}"
+        )
 
 
 if __name__ == "__main__":

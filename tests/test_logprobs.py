@@ -82,3 +82,54 @@ def test_logits_start_at_the_first_trained_token_with_the_same_values_and_gradie
     assert scaled.entropy_sum(mask) == pytest.approx(full_entropy, rel=1e-6)
     for name, grad in grads[0].items():
         torch.testing.assert_close(grads[1][name], grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("family", ["qwen3", "gpt_oss"])  # gpt_oss: the prompt runs past its 128-token window
+def test_a_prompt_every_row_shares_is_computed_once_with_the_same_values_and_gradients(
+    tmp_path, tiny_model_path, family
+) -> None:
+    """Three rows with a 150-token common prompt: one pass over the prompt (batch 1), then the rows' remainders
+    over its repeated KV cache; logprobs and LoRA gradients equal the per-row pass's."""
+    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.ops.family_models import build_family_model
+    from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
+    from art_agents.server.training.shared_prefix import sharing_for
+
+    path = tiny_model_path if family == "qwen3" else build_family_model(tmp_path / family, family)
+    model, _ = load_peft_model(str(path), TOY_MODEL_CONFIG)
+    torch.manual_seed(3)
+    ids = torch.randint(3, 200, (3, 180))
+    ids[:, :150] = ids[0, :150]
+    attention = torch.ones_like(ids)
+    attention[2, 170:] = 0
+    mask = torch.zeros(3, 179, dtype=torch.bool)
+    mask[0, 155:179], mask[1, 152:170], mask[2, 160:169] = True, True, True
+    temperatures = torch.rand(3, 179) + 0.5
+    rows: list[tuple[int, ...]] = []
+    model.get_input_embeddings().register_forward_hook(lambda _m, args, _out: rows.append(tuple(args[0].shape)))
+    results = []
+    for sharing in (None, sharing_for(model, None)):
+        model.zero_grad()
+        logps, _ = logprobs.token_logprobs(model, ids, attention, temperatures, mask, sharing)
+        (logps * mask * torch.linspace(-1, 1, 179)).sum().backward()
+        results.append((logps.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}))
+    assert rows == [(3, 180), (1, 150), (3, 30)]
+    (full, full_grads), (shared, shared_grads) = results
+    torch.testing.assert_close(shared[mask], full[mask], atol=1e-5, rtol=1e-5)
+    for name, grad in full_grads.items():
+        torch.testing.assert_close(shared_grads[name], grad, atol=1e-5, rtol=1e-5)
+
+
+def test_rows_that_differ_early_or_a_single_row_are_not_shared() -> None:
+    from art_agents.server.training.shared_prefix import MIN_SHARED_TOKENS, shared_length
+
+    ids = torch.arange(40).repeat(3, 1)
+    attention = torch.ones_like(ids)
+    assert shared_length(ids, attention, 30) == 30  # capped at the first trained column
+    assert shared_length(ids[:1], attention[:1], 30) == 0  # one row: nothing to share
+    ids[1, MIN_SHARED_TOKENS - 1] = -1
+    assert shared_length(ids, attention, 30) == 0  # too short to pay for a second pass
+    ids[1, MIN_SHARED_TOKENS - 1], ids[2, 20] = MIN_SHARED_TOKENS - 1, -1
+    assert shared_length(ids, attention, 30) == 20
+    attention[0, 18:] = 0
+    assert shared_length(ids, attention, 30) == 18  # padding is never shared

@@ -16,11 +16,13 @@ from trl_reference import trl_grpo_loss, trl_pad_batch
 
 from art_agents.server.training.logprobs import token_logprobs
 from art_agents.server.training.loss import BatchTotals, policy_loss
+from art_agents.server.training.shared_prefix import MIN_SHARED_TOKENS, sharing_for
 from art_agents.server.training.sequences import TrainSequence, merge_turns
 from art_agents.train_config import TrainConfig
 
 TEMPERATURE = 0.7
 PROMPT = [11, 42, 7, 99, 5]
+LONG_PROMPT = [11, 42, 7, 99, 5, 60, 3, 71, 18, 9, 140, 33, 2, 87, 45, 120, 6, 19, 77, 28]  # computed once
 COMPLETIONS = [[17, 23, 64], [8, 8, 31, 70, 12, 3], [55]]
 ADVANTAGES = [1.0, -0.5, 0.3]
 
@@ -36,15 +38,24 @@ def model(tiny_model_path: Path) -> Any:
 
 
 def ours(
-    model: Any, sequences: list[TrainSequence], config: TrainConfig, extras: dict[str, torch.Tensor]
+    model: Any,
+    sequences: list[TrainSequence],
+    config: TrainConfig,
+    extras: dict[str, torch.Tensor],
+    *,
+    shared: bool = False,
 ) -> torch.Tensor:
-    """Our loss over right-padded sequences (the trainer's layout), with `extras` placed on the trained tokens."""
+    """Our loss over right-padded sequences (the trainer's layout), with `extras` placed on the trained tokens;
+    `shared`: the prompt common to every row computed once, as the trainer does."""
     width = max(len(s.token_ids) for s in sequences)
     ids = torch.tensor([s.token_ids + [0] * (width - len(s.token_ids)) for s in sequences])
     attention = torch.tensor([[1] * len(s.token_ids) + [0] * (width - len(s.token_ids)) for s in sequences])
     mask = torch.tensor([s.mask + [False] * (width - len(s.mask)) for s in sequences])[:, 1:]
     temps = torch.tensor([s.temperatures + [1.0] * (width - len(s.temperatures)) for s in sequences])[:, 1:]
-    logps, _ = token_logprobs(model, ids, attention, temps)
+    if shared:
+        logps, _ = token_logprobs(model, ids, attention, temps, mask, sharing_for(model, None))
+    else:
+        logps, _ = token_logprobs(model, ids, attention, temps)
 
     def placed(name: str) -> torch.Tensor | None:
         if name not in extras:
@@ -68,13 +79,13 @@ def ours(
     )[0]
 
 
-def single_turn_sequences() -> list[TrainSequence]:
+def single_turn_sequences(prompt: list[int] = PROMPT) -> list[TrainSequence]:
     return [
         TrainSequence(
-            token_ids=PROMPT + c,
-            mask=[False] * len(PROMPT) + [True] * len(c),
+            token_ids=prompt + c,
+            mask=[False] * len(prompt) + [True] * len(c),
             sampler_logprobs=[],
-            temperatures=[1.0] * len(PROMPT) + [TEMPERATURE] * len(c),
+            temperatures=[1.0] * len(prompt) + [TEMPERATURE] * len(c),
             advantage=a,
             trajectory=i,
         )
@@ -90,14 +101,15 @@ def gradients(model: Any, loss: torch.Tensor) -> dict[str, torch.Tensor]:
     return grads
 
 
-def completion_logps(model: Any, completion_ids: torch.Tensor, *, base: bool = False) -> torch.Tensor:
+def completion_logps(
+    model: Any, completion_ids: torch.Tensor, *, base: bool = False, prompt: list[int] = PROMPT
+) -> torch.Tensor:
     """(B, C) logprobs of the completions at TEMPERATURE (TRL's layout), without gradients."""
     import contextlib
 
-    prompt = torch.tensor([PROMPT] * len(COMPLETIONS))
-    ids = torch.cat([prompt, completion_ids], dim=1)
+    ids = torch.cat([torch.tensor([prompt] * len(COMPLETIONS)), completion_ids], dim=1)
     with torch.no_grad(), model.disable_adapter() if base else contextlib.nullcontext():
-        logits = model(input_ids=ids).logits[:, len(PROMPT) - 1 : -1].float() / TEMPERATURE
+        logits = model(input_ids=ids).logits[:, len(prompt) - 1 : -1].float() / TEMPERATURE
     return torch.log_softmax(logits, -1).gather(-1, completion_ids[..., None])[..., 0]
 
 
@@ -124,11 +136,16 @@ VARIANTS |= {
 }
 
 
-@pytest.mark.parametrize(("loss_type", "variant"), VARIANTS_BY_LOSS)
-def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str) -> None:
+@pytest.mark.parametrize(
+    ("loss_type", "variant", "prompt"),
+    [(loss, variant, PROMPT) for loss, variant in VARIANTS_BY_LOSS]
+    + [("grpo", "off-policy", LONG_PROMPT), ("dapo", "kl", LONG_PROMPT), ("grpo", "sequence", LONG_PROMPT)],
+)
+def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str, prompt: list[int]) -> None:
+    """With a long prompt, ours computes it once for the three completions (training/shared_prefix.py)."""
     settings = {"epsilon_high": 5.0, **VARIANTS[variant]} if loss_type == "cispo" else VARIANTS[variant]
-    prompt_ids, prompt_mask, completion_ids, completion_mask = trl_pad_batch([PROMPT] * 3, COMPLETIONS, 0)
-    current = completion_logps(model, completion_ids)
+    prompt_ids, prompt_mask, completion_ids, completion_mask = trl_pad_batch([prompt] * 3, COMPLETIONS, 0)
+    current = completion_logps(model, completion_ids, prompt=prompt)
     noise = torch.randn(current.shape, generator=torch.Generator().manual_seed(3)) * 0.3
     extras: dict[str, torch.Tensor] = {"completion_mask": completion_mask}
     trl_kwargs: dict[str, Any] = {}
@@ -136,7 +153,7 @@ def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str) 
         extras["old"] = (current + noise) * completion_mask
         trl_kwargs["old_per_token_logps"] = extras["old"]
     if settings.get("beta"):
-        extras["ref"] = completion_logps(model, completion_ids, base=True)
+        extras["ref"] = completion_logps(model, completion_ids, base=True, prompt=prompt)
         trl_kwargs["ref_per_token_logps"] = extras["ref"]
     if settings.get("tis_cap"):
         extras["sampler"] = current - noise.flip(0)
@@ -159,7 +176,8 @@ def test_loss_and_gradients_match_trl(model: Any, loss_type: str, variant: str) 
         epsilon_high=settings.get("epsilon_high"), beta=settings.get("beta", 0.0), max_completion_length=8,
         importance_sampling_level=level, **trl_kwargs,
     )  # fmt: skip
-    mine = ours(model, single_turn_sequences(), config, extras)
+    assert (len(prompt) >= MIN_SHARED_TOKENS) == (prompt is LONG_PROMPT)
+    mine = ours(model, single_turn_sequences(prompt), config, extras, shared=prompt is LONG_PROMPT)
     assert float(mine.detach()) == pytest.approx(float(reference.detach()), abs=1e-5)
     theirs, got = gradients(model, reference), gradients(model, mine)
     assert theirs.keys() == got.keys() and theirs

@@ -9,7 +9,8 @@ computed in fp32 whatever the logits' dtype.
 
 Given the mask of the tokens that train, the model computes logits only from the first of them on
 (`logits_to_keep`): an agent's sequence is mostly prompt (system prompt, tools, tool results), and the
-language-model head over a large vocabulary is a large share of a forward pass's time and memory.
+language-model head over a large vocabulary is a large share of a forward pass's time and memory. Given a
+`PrefixSharing`, the rows' common prompt runs once (training/shared_prefix.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
+
+from art_agents.server.training import shared_prefix
 
 # fp32 elements of one chunk of scaled logits (64 MiB): positions per chunk = this // vocabulary size.
 CHUNK_ELEMENTS = 1 << 24
@@ -90,17 +93,19 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     temperatures: torch.Tensor | None = None,
     mask: torch.Tensor | None = None,
+    sharing: shared_prefix.PrefixSharing | None = None,
 ) -> tuple[torch.Tensor, ScaledLogits]:
     """Logprob of each token given its prefix at its sampling temperature, and what it was computed from.
 
     Column j of the result is token j + 1 (token 0 has no prefix); callers shift the mask and
     `temperatures` (B, T - 1, the temperature token j + 1 was sampled at) to match. With `mask` (those
-    columns' trained tokens), columns before the first trained one in any row are 0, not computed.
+    columns' trained tokens), columns before the first trained one in any row are 0, not computed. With
+    `sharing` the tokens every row shares before that column are computed once.
     """
     width = input_ids.shape[1] - 1
     start = _first_trained(mask) if mask is not None else 0
-    kept = {"logits_to_keep": width + 1 - start} if start else {}
-    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **kept).logits[:, :-1]
+    prefix = shared_prefix.shared_length(input_ids, attention_mask, start) if sharing else 0
+    logits = shared_prefix.logits(model, input_ids, attention_mask, width + 1 - start, sharing, prefix)[:, :-1]
     if temperatures is None:
         temperatures = torch.ones((input_ids.shape[0], width), dtype=torch.float32, device=logits.device)
     temperatures = temperatures[:, start:]

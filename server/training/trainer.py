@@ -29,6 +29,7 @@ from art_agents.server.training.batches import chunks, collate, empty_sequence
 from art_agents.server.training.logprobs import ScaledLogits, token_logprobs
 from art_agents.server.training.loss import BatchTotals, policy_loss
 from art_agents.server.training.ranks import Ranks
+from art_agents.server.training.shared_prefix import PrefixSharing, sharing_for
 from art_agents.server.training.sequences import (
     Policy,
     TrainingInputError,
@@ -70,6 +71,7 @@ class PolicyTrainer:
         self.store = store
         self.ranks = ranks or Ranks()
         self._forward = self.ranks.forward_of(peft_model)
+        self._sharing: PrefixSharing | None = sharing_for(peft_model, self.ranks.sharding)
         self._optimizer: torch.optim.Optimizer | None = None
         self._initial_state = optimizer_state
 
@@ -177,7 +179,11 @@ class PolicyTrainer:
                     batch = collate(chunk, self._pad_id(), params[0].device)
                     with self.ranks.syncing(c == len(share) - 1):
                         logps, logits = token_logprobs(
-                            self._forward, batch["input_ids"], batch["attention_mask"], mask=batch["mask"]
+                            self._forward,
+                            batch["input_ids"],
+                            batch["attention_mask"],
+                            mask=batch["mask"],
+                            sharing=self._sharing,
                         )
                         del logits
                         loss = -(logps * batch["mask"]).sum() / tokens
@@ -243,9 +249,7 @@ class PolicyTrainer:
             loss_sum = 0.0
             for b, batch in enumerate(batches):
                 with self.ranks.syncing(b == len(batches) - 1):
-                    logps, logits = token_logprobs(
-                        self._forward, batch["input_ids"], batch["attention_mask"], batch["temperatures"], batch["mask"]
-                    )
+                    logps, logits = self._logprobs(batch)
                     old_logps = logps.detach() if old is None else old[b]
                     if iteration == 0:
                         self._first_pass_sums(sums, batch, old_logps, logits)
@@ -320,10 +324,17 @@ class PolicyTrainer:
 
         self.model.eval()
         with torch.no_grad(), self.model.disable_adapter() if base else contextlib.nullcontext():
-            return [
-                token_logprobs(self._forward, b["input_ids"], b["attention_mask"], b["temperatures"], b["mask"])[0]
-                for b in batches
-            ]
+            return [self._logprobs(b)[0] for b in batches]
+
+    def _logprobs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, ScaledLogits]:
+        return token_logprobs(
+            self._forward,
+            batch["input_ids"],
+            batch["attention_mask"],
+            batch["temperatures"],
+            batch["mask"],
+            self._sharing,
+        )
 
     def _optimizer_for(self, learning_rate: float, weight_decay: float) -> torch.optim.Optimizer:
         import torch
@@ -342,16 +353,19 @@ class PolicyTrainer:
 
     @contextlib.contextmanager
     def _updating(self, optimizer: torch.optim.Optimizer, *, checkpointing: bool) -> Iterator[None]:
-        """Training mode (and activation checkpointing) for the updates; gradients and modes put back after."""
-        was_training = self.model.training
+        """Training mode (and activation checkpointing, which drops the KV cache a shared prompt needs: no sharing
+        meanwhile) for the updates; gradients and modes put back after."""
+        was_training, sharing = self.model.training, self._sharing
         if checkpointing:
             _activation_checkpointing(self.model.base_model.model, on=True)
+            self._sharing = None
         try:
             self.model.train()
             yield
         finally:
             optimizer.zero_grad(set_to_none=True)
             self.model.train(was_training)
+            self._sharing = sharing
             if checkpointing:
                 _activation_checkpointing(self.model.base_model.model, on=False)
 
