@@ -9,13 +9,16 @@ overhead (first step minus steady step), medians with min-max over interleaved r
 ratio is the median of per-round ratios of 2x1 against 1x2. On one machine both sides share its cores, so the
 difference is what the node path adds (a rank that gets its work from rank 0 over the group rather than from
 its server's socket, a node's heartbeat and the server polling the store), not network time between machines.
+`--device cuda` (the GPU check, not run: this machine has none) needs 2 GPUs: 1x2 trains on cuda:0 and cuda:1
+over nccl, and 2x1 on cuda:0 with node 1 seeing only GPU 1 (CUDA_VISIBLE_DEVICES), so nccl joins two "nodes".
 
-    python benchmarks/trainer_nodes.py [--rounds 5] [--tiny]
+    python benchmarks/trainer_nodes.py [--rounds 5] [--tiny] [--device cuda]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tempfile
@@ -24,13 +27,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from grpo_step import make_batch, stored_groups
+from grpo_step import stored_groups
 from timing import Summary, ratio
+from trainer_processes import add_step_options, step_inputs
 
 SIDES = {"1x2": (1, 2), "2x1": (2, 1)}  # name -> (nodes, processes per node)
 
 
-def measure(path: Path, rows: list[dict[str, Any]], train_config: Any, work: Path, rounds: int) -> dict[str, Summary]:
+def measure(
+    path: Path, rows: list[dict[str, Any]], train_config: Any, work: Path, rounds: int, device: str
+) -> dict[str, Summary]:
     """Per side, `form` (first step minus steady step) and `step` (steady step) seconds for each round."""
     from art_agents.server.lora_model import load_peft_model
     from art_agents.server.storage.token_store import TokenStore
@@ -49,13 +55,22 @@ def measure(path: Path, rows: list[dict[str, Any]], train_config: Any, work: Pat
     nodes: list[subprocess.Popen] = []
     for name, (node_count, per_node) in SIDES.items():
         rendezvous = f"127.0.0.1:{free_port()}" if node_count > 1 else None
-        config = ModelConfig(trainer_processes=per_node, trainer_nodes=node_count, trainer_rendezvous=rendezvous)
+        devices = [f"cuda:{i}" for i in range(per_node)] if device == "cuda" else []
+        config = ModelConfig(
+            device=device,
+            trainer_processes=per_node,
+            trainer_devices=devices,
+            trainer_nodes=node_count,
+            trainer_rendezvous=rendezvous,
+        )
         groups[name] = TrainerProcesses(str(path), config, shared)
         for rank in range(1, node_count):
             folder = work / f"{name}-node{rank}"
             folder.mkdir()
             command = [sys.executable, "-m", "art_agents", "trainer-node", "--rendezvous", str(rendezvous)]
-            nodes.append(subprocess.Popen([*command, "--node-rank", str(rank)], cwd=folder))
+            gpus = {"CUDA_VISIBLE_DEVICES": str(rank)} if device == "cuda" else {}  # a node's own GPU
+            env = {**os.environ, **gpus}
+            nodes.append(subprocess.Popen([*command, "--node-rank", str(rank)], cwd=folder, env=env))
     figures: dict[str, list[float]] = {f"{name} {kind}": [] for name in SIDES for kind in ("form", "step")}
     try:
         for r in range(1 + rounds):  # the first is a warm-up
@@ -70,9 +85,18 @@ def measure(path: Path, rows: list[dict[str, Any]], train_config: Any, work: Pat
         for group in groups.values():
             group.stop()
         for node in nodes:
-            node.terminate()
-            node.wait(30)
+            stop_node(node)
     return {name: Summary.of(values) for name, values in figures.items()}
+
+
+def stop_node(node: subprocess.Popen) -> None:
+    """SIGTERM (the node stops its ranks), then SIGKILL if it does not end."""
+    node.terminate()
+    try:
+        node.wait(30)
+    except subprocess.TimeoutExpired:
+        node.kill()
+        node.wait()
 
 
 def timed(group: Any, step: Any, weights: dict[str, Any]) -> float:
@@ -85,25 +109,15 @@ def timed(group: Any, step: Any, weights: dict[str, Any]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--groups", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--completion-tokens", type=int, default=32)
-    parser.add_argument("--micro-batch-size", type=int, default=4)
-    parser.add_argument("--tiny", action="store_true", help="the test suite's tiny model (a quick check of the script)")
+    add_step_options(parser)
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = parser.parse_args()
-    from transformers import AutoTokenizer
-
-    from art_agents.server.ops.tiny_model import build_tiny_model
-    from art_agents.train_config import TrainConfig
-
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        shape = {} if args.tiny else {"hidden_size": 256, "num_layers": 6}
-        path = build_tiny_model(work / "model", **shape)
-        rows = make_batch(AutoTokenizer.from_pretrained(path), args.groups, args.group_size, args.completion_tokens)
-        train_config = TrainConfig(learning_rate=1e-5, micro_batch_size=args.micro_batch_size, min_group_std=0.0)
-        summaries = measure(path, rows, train_config, work, args.rounds)
-    print(f"\n{args.groups * args.group_size * args.completion_tokens} trained tokens a step, loopback, gloo")
+        path, rows, train_config = step_inputs(args, work)
+        summaries = measure(path, rows, train_config, work, args.rounds, args.device)
+    backend = "nccl" if args.device == "cuda" else "gloo"
+    print(f"\n{args.groups * args.group_size * args.completion_tokens} trained tokens a step, loopback, {backend}")
     for kind in ("step", "form"):
         for name in SIDES:
             print(f"{name} {kind:>4}: {summaries[f'{name} {kind}'].format('s', 1.0, 2)}")

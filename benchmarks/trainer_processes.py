@@ -112,31 +112,41 @@ def measure(sides: dict[str, Callable[[], float]], rounds: int) -> dict[str, Sum
     return {name: Summary.of(values) for name, values in rates.items()}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--sides", default="in-process,1,ddp2,fsdp2", help=f"comma-separated, of {', '.join(SIDES)}")
-    parser.add_argument("--device", default="cpu")
+def add_step_options(parser: argparse.ArgumentParser) -> None:
+    """The step every trainer-group benchmark trains: its groups, their size, the micro-batch and the model."""
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--completion-tokens", type=int, default=32)
     parser.add_argument("--micro-batch-size", type=int, default=4)
     parser.add_argument("--tiny", action="store_true", help="the test suite's tiny model (a quick check of the script)")
-    args = parser.parse_args()
-    names = [n.strip() for n in args.sides.split(",") if n.strip()]
-    if unknown := [n for n in names if n not in SIDES]:
-        raise SystemExit(f"unknown sides {unknown}; choose from {', '.join(SIDES)}")
+
+
+def step_inputs(args: argparse.Namespace, work: Path) -> tuple[Path, list[dict[str, Any]], Any]:
+    """The model built under `work` (hidden 256, 6 layers, or the tiny one), the step's rows and its TrainConfig."""
     from transformers import AutoTokenizer
 
     from art_agents.server.ops.tiny_model import build_tiny_model
     from art_agents.train_config import TrainConfig
 
+    shape = {} if args.tiny else {"hidden_size": 256, "num_layers": 6}
+    path = build_tiny_model(work / "model", **shape)
+    rows = make_batch(AutoTokenizer.from_pretrained(path), args.groups, args.group_size, args.completion_tokens)
+    return path, rows, TrainConfig(learning_rate=1e-5, micro_batch_size=args.micro_batch_size, min_group_std=0.0)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sides", default="in-process,1,ddp2,fsdp2", help=f"comma-separated, of {', '.join(SIDES)}")
+    parser.add_argument("--device", default="cpu")
+    add_step_options(parser)
+    args = parser.parse_args()
+    names = [n.strip() for n in args.sides.split(",") if n.strip()]
+    if unknown := [n for n in names if n not in SIDES]:
+        raise SystemExit(f"unknown sides {unknown}; choose from {', '.join(SIDES)}")
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
-        shape = {} if args.tiny else {"hidden_size": 256, "num_layers": 6}
-        path = build_tiny_model(work / "model", **shape)
-        rows = make_batch(AutoTokenizer.from_pretrained(path), args.groups, args.group_size, args.completion_tokens)
-        train_config = TrainConfig(learning_rate=1e-5, micro_batch_size=args.micro_batch_size, min_group_std=0.0)
+        path, rows, train_config = step_inputs(args, work)
         sides, stop = trainer_sides(path, rows, train_config, args.device, work, names)
         try:
             summaries = measure(sides, args.rounds)

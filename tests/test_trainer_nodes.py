@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ def two_nodes(tiny_model_path: Path, tmp_path: Path) -> Iterator[tuple[TrainerPr
     finally:
         processes.stop()
         for node in nodes:
-            node.process.terminate()
+            node.process.terminate()  # the node stops its ranks
             node.process.wait(30)
 
 
@@ -114,45 +115,57 @@ def kill_on_first_batch(kill: Callable[[], None]) -> Progress:
     return progress
 
 
-@pytest.mark.slow  # about 20 s on a quiet machine: the group is formed twice, node 1 started twice
-def test_a_killed_node_fails_the_step_by_name_and_the_next_step_trains_with_the_node_started_again(
+@dataclass
+class Stepping:
+    """Two nodes, the model the server serves, and a step of 5 micro-batches per rank on it."""
+
+    processes: TrainerProcesses
+    config: ModelConfig
+    nodes: list[Node]
+    policy: PolicyModel
+    work: StepWork
+
+    def step(self, progress: Progress | None = None) -> dict[str, float]:
+        return ProcessTrainer(self.processes, self.policy, None).run(self.work, progress)
+
+
+@pytest.fixture
+def stepping(
     two_nodes: tuple[TrainerProcesses, ModelConfig, list[Node]],
     tiny_model_path: Path,
     tokenizer: Any,
     shared_store: TokenStore,
-    tmp_path: Path,
-) -> None:
+) -> Stepping:
     processes, config, nodes = two_nodes
     model = perturbed_lora(tiny_model_path, config)
     work = StepWork("rl", TrainConfig(micro_batch_size=1), Policy("m", 0), groups_for(model, tokenizer, shared_store))
-    policy = PolicyModel(model, tokenizer)
-    before = trainable_weights(model)
+    return Stepping(processes, config, nodes, PolicyModel(model, tokenizer), work)
+
+
+@pytest.mark.slow  # about 20 s on a quiet machine: the group is formed twice, node 1 started twice
+def test_a_killed_node_fails_the_step_by_name_and_the_next_step_trains_with_the_node_started_again(
+    stepping: Stepping, tmp_path: Path
+) -> None:
+    before = trainable_weights(stepping.policy.model)
     with pytest.raises(TrainerProcessFailed, match=r"node 1 \(ranks 1\) stopped beating.*keeps serving"):
-        ProcessTrainer(processes, policy, None).run(work, kill_on_first_batch(nodes[0].kill))
-    for name, weight in trainable_weights(model).items():  # the server's copy was not touched
+        stepping.step(kill_on_first_batch(stepping.nodes[0].kill))
+    for name, weight in trainable_weights(stepping.policy.model).items():  # the server's copy was not touched
         torch.testing.assert_close(weight, before[name], atol=0, rtol=0)
-    restarted = Node(config.trainer_rendezvous or "", 1, tmp_path / "node1-again", tmp_path / "shared")
-    nodes.append(restarted)  # as an orchestrator would
-    assert ProcessTrainer(processes, policy, None).run(work, None)["optimizer_steps"] == 1
+    restarted = Node(stepping.config.trainer_rendezvous or "", 1, tmp_path / "node1-again", tmp_path / "shared")
+    stepping.nodes.append(restarted)  # as an orchestrator would
+    assert stepping.step()["optimizer_steps"] == 1
 
 
 @pytest.mark.slow  # about 20 s: the group is formed twice
 def test_a_rank_killed_on_a_living_node_is_named_and_the_node_starts_new_ranks_for_the_next_step(
-    two_nodes: tuple[TrainerProcesses, ModelConfig, list[Node]],
-    tiny_model_path: Path,
-    tokenizer: Any,
-    shared_store: TokenStore,
+    stepping: Stepping,
 ) -> None:
-    processes, config, nodes = two_nodes
-    model = perturbed_lora(tiny_model_path, config)
-    work = StepWork("rl", TrainConfig(micro_batch_size=1), Policy("m", 0), groups_for(model, tokenizer, shared_store))
-    policy = PolicyModel(model, tokenizer)
-    processes.train(work, trainable_weights(model), None, None)  # forms the group across both nodes
-    (victim,) = nodes[0].rank_pids()
+    stepping.step()  # forms the group across both nodes
+    (victim,) = stepping.nodes[0].rank_pids()
     with pytest.raises(TrainerProcessFailed, match=rf"node 1 rank 1 \(pid {victim} on .*\) died \(killed by SIGKILL"):
-        ProcessTrainer(processes, policy, None).run(work, kill_on_first_batch(lambda: os.kill(victim, signal.SIGKILL)))
-    assert ProcessTrainer(processes, policy, None).run(work, None)["optimizer_steps"] == 1
-    assert nodes[0].rank_pids() not in ([], [victim])
+        stepping.step(kill_on_first_batch(lambda: os.kill(victim, signal.SIGKILL)))
+    assert stepping.step()["optimizer_steps"] == 1
+    assert stepping.nodes[0].rank_pids() not in ([], [victim])
 
 
 def test_a_node_that_never_comes_is_named_with_its_command(tiny_model_path: Path, tmp_path: Path) -> None:
@@ -180,3 +193,13 @@ def test_several_nodes_need_processes_and_an_address(
         TrainerProcessFailed, match=r"set ModelConfig\.trainer_rendezvous or the server's ART_TRAINER_RENDEZVOUS"
     ):
         processes.train(StepWork("rl", TrainConfig(), Policy("m", 0), []), {}, None, None)
+
+
+@pytest.mark.slow  # forms 4 groups
+def test_the_nodes_benchmark_runs_on_the_tiny_model() -> None:
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "trainer_nodes.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--tiny", "--rounds", "1"], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "2x1 vs 1x2 step:" in done.stdout and "2x1 form:" in done.stdout

@@ -27,6 +27,7 @@ log = logging.getLogger("art_agents.trainer_node")
 
 POLL_S = 0.2
 RECONNECT_S = 5.0
+CONNECT_TRY_S = 2.0
 
 
 def run_trainer_node(address: str, node: int) -> None:
@@ -53,10 +54,10 @@ class _NodeRanks:
 
     def __init__(self, address: str, node: int) -> None:
         self._address, self._node = address, node
-        self._store = GroupStore.connect(address, timeout_s=3600)
+        self._store = _connect(address)
         self._group: GroupStore | None = None
         self._ranks: dict[int, subprocess.Popen] = {}
-        beats = GroupStore.connect(address)
+        beats = _connect(address)
         threading.Thread(target=_beat, args=(beats, node), name="art-node-beat", daemon=True).start()
 
     def serve(self) -> None:
@@ -107,6 +108,18 @@ class _NodeRanks:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+def _connect(address: str) -> GroupStore:
+    """A connection to the server's store, waiting for it as long as it takes (in short tries, so that Ctrl-C and
+    SIGTERM are heard between them: torch's own retries run where Python cannot take a signal)."""
+    from torch.distributed import DistError
+
+    while True:
+        try:
+            return GroupStore.connect(address, timeout_s=CONNECT_TRY_S)
+        except DistError:
+            continue
 
 
 def _beat(group: GroupStore, node: int) -> None:
