@@ -28,10 +28,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_agents.server.training.step_work import StepWork
 from art_agents.train_config import ModelConfig
+
+if TYPE_CHECKING:
+    from art_agents.server.training.group_store import GroupStore
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ def main(address: str, generation: int, rank: int, fd: int | None) -> None:
         step += 1
 
 
-def _next_request(world: int, rank: int, conn: Connection | None, group: Any, step: int) -> StepRequest | None:
+def _next_request(world: int, rank: int, conn: Connection | None, group: GroupStore, step: int) -> StepRequest | None:
     """Step `step`'s request (None: stop), from the server for rank 0 and from rank 0 for the others."""
     request = None
     if conn is not None and rank == 0:
@@ -110,7 +113,7 @@ def _next_request(world: int, rank: int, conn: Connection | None, group: Any, st
     return request
 
 
-def _join(setup: WorkerSetup, rank: int, group: Any) -> Any:
+def _join(setup: WorkerSetup, rank: int, group: GroupStore) -> Any:
     """Join the group and load the model; returns a function giving a trainer for a step's optimizer state."""
     import torch
     import torch.distributed as dist
@@ -172,7 +175,7 @@ def _distribute(model: Any, sharding: str, device: str) -> Any:
     return model
 
 
-def _step(trainer_of: Any, request: StepRequest, rank: int, conn: Connection | None, group: Any) -> tuple:
+def _step(trainer_of: Any, request: StepRequest, rank: int, conn: Connection | None, group: GroupStore) -> tuple:
     from art_agents.server.training.ranks import trainable_weights, whole_optimizer_state
     from art_agents.server.training.sequences import TrainingInputError
 
