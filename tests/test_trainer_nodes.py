@@ -1,9 +1,10 @@
 """Training across nodes: two "nodes" on this machine, each a process group of its own on loopback (gloo), node 1
 started as `art-agents trainer-node` in a working folder of its own, the model's folder shared by both.
 
-A step over 2 nodes x 1 rank makes one process's update (loss, gradients, weights); a rank killed on node 1, and
-then the whole of node 1, fail their steps by node and rank with the served weights untouched, and the next step
-forms the group again (with node 1 started anew where it was killed whole); a node that never comes is named with the command that would start it.
+A step over 2 nodes x 1 rank makes one process's update (loss, gradients, weights) and refuses bad input as one
+process does, keeping the group; a rank killed on node 1, and then the whole of node 1, fail their steps by node
+and rank with the served weights untouched, and the next step forms the group again (with node 1 started anew
+where it was killed whole); a node that never comes is named with the command that would start it.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from test_training_trainer import groups_for
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.policy_model import PolicyModel
 from art_agents.server.training.ranks import trainable_weights
-from art_agents.server.training.sequences import Policy
+from art_agents.server.training.sequences import Policy, TrainingInputError
 from art_agents.server.training.step_work import Progress, StepWork
 from art_agents.server.training.trainer import PolicyTrainer
 from art_agents.server.training.trainer_processes import ProcessTrainer, TrainerProcesses, TrainerProcessFailed
@@ -83,13 +84,13 @@ def shared_store(tmp_path: Path) -> TokenStore:
     return TokenStore(tmp_path / "shared" / "tokens" / "store.sqlite")  # where every node's ranks read it
 
 
-def test_two_nodes_of_one_process_train_as_one(
+def test_two_nodes_of_one_process_train_and_refuse_bad_input_as_one(
     two_nodes: tuple[TrainerProcesses, ModelConfig, list[Node]],
     tiny_model_path: Path,
     tokenizer: Any,
     shared_store: TokenStore,
 ) -> None:
-    processes, config, _ = two_nodes
+    processes, config, nodes = two_nodes
     model = perturbed_lora(tiny_model_path, config)
     groups = groups_for(model, tokenizer, shared_store)  # 10 sequences: micro-batches of 2 split 3 and 2
     rl = StepWork("rl", TrainConfig(micro_batch_size=2, max_grad_norm=1e6), Policy("m", 0), groups)
@@ -105,6 +106,11 @@ def test_two_nodes_of_one_process_train_as_one(
             (m2, trainable_weights(policy.model), together.optimizer_state()),
             metrics,
         )
+    group = (processes.pids, nodes[0].rank_pids())
+    with pytest.raises(TrainingInputError, match="no trajectory groups"):  # refused by both nodes' ranks alike
+        processes.train(StepWork("rl", TrainConfig(), Policy("m", 0), []), trainable_weights(model), None, None)
+    assert (processes.pids, nodes[0].rank_pids()) == group  # the group is fine: it trains on
+    assert processes.train(rl, trainable_weights(model), None, None)[0]["optimizer_steps"] == 1
 
 
 def kill_on_first_batch(kill: Callable[[], None]) -> Progress:
