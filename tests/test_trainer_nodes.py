@@ -63,11 +63,14 @@ class Node:
 
 
 @pytest.fixture
-def two_nodes(tiny_model_path: Path, tmp_path: Path) -> Iterator[tuple[TrainerProcesses, ModelConfig, list[Node]]]:
+def two_nodes(
+    tiny_model_path: Path, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[TrainerProcesses, ModelConfig, list[Node]]]:
     """Node 0 is this process's TrainerProcesses; node 1 waits at the rendezvous (the list, so a test may replace
-    it as an orchestrator would)."""
+    it as an orchestrator would). The sharding is DDP unless a test parametrizes it."""
     rendezvous = f"127.0.0.1:{free_port()}"
-    config = ModelConfig(trainer_processes=1, trainer_nodes=2, trainer_rendezvous=rendezvous)
+    sharding = getattr(request, "param", "ddp")
+    config = ModelConfig(trainer_processes=1, trainer_nodes=2, trainer_rendezvous=rendezvous, trainer_sharding=sharding)
     processes = TrainerProcesses(str(tiny_model_path), config, tmp_path / "shared")
     nodes = [Node(rendezvous, 1, tmp_path / "node1", tmp_path / "shared")]
     try:
@@ -84,6 +87,7 @@ def shared_store(tmp_path: Path) -> TokenStore:
     return TokenStore(tmp_path / "shared" / "tokens" / "store.sqlite")  # where every node's ranks read it
 
 
+@pytest.mark.parametrize("two_nodes", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)], indirect=True)
 def test_two_nodes_of_one_process_train_and_refuse_bad_input_as_one(
     two_nodes: tuple[TrainerProcesses, ModelConfig, list[Node]],
     tiny_model_path: Path,
