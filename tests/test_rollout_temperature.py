@@ -1,16 +1,21 @@
 """MCP•RL's rollout temperature: lowered after draws that fail alike, raised back after draws that succeed alike,
-kept while draws train; and in a real run (tiny model, `mcp-server-time` over stdio) the draws after tied ones are
-sampled at the lowered temperature until one trains."""
+kept while draws train; in a real run (tiny model, `mcp-server-time` over stdio) the draws after tied ones are
+sampled at the lowered temperature until one trains; and `benchmarks/rollout_temperature.py`, which counts valid
+tool calls at each temperature the rule steps through, runs."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from benchmark_scripts import BENCHMARKS, load_benchmark
 
 from art_agents.autorl.mcp_rl import MCPRLConfig, run_mcp_rl
 from art_agents.autorl.scenarios import Scenario
@@ -71,3 +76,23 @@ async def test_draws_after_tied_ones_are_sampled_cooler_until_one_trains(tiny_mo
     assert "nothing trained" in steps[0] and "next draw at 0.7" in steps[0] and "next draw" not in steps[2]
     assert [r.metrics["rollout/temperature"] for r in summary.steps] == [1.0, 0.7, 0.49]
     assert [r.advanced for r in summary.steps] == [False, False, True] and summary.step == 1
+
+
+def test_the_benchmark_draws_at_each_temperature_the_rule_steps_through() -> None:
+    script = load_benchmark("rollout_temperature")
+    assert script.temperatures(1.0, TemperatureSchedule()) == [1.0, 0.7, 0.49, 0.343, 0.3]
+
+
+@pytest.mark.slow  # loads the tiny model and starts the server: ~40 s on 2 cores
+def test_the_benchmark_runs_on_the_tiny_model(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    command = [sys.executable, str(BENCHMARKS / "rollout_temperature.py"), "--tiny", "--tasks", "1", "--group-size",
+               "2", "--max-tokens", "4", "--result", str(out)]  # fmt: skip
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=240, env={**os.environ, "TMPDIR": str(tmp_path)}
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [row["temperature"] for row in rows] == [1.0, 0.7, 0.49, 0.343, 0.3]
+    assert all(row["rollouts"] == 2 and row["groups"] == 1 and 0 <= row["valid"] <= 2 for row in rows)
+    assert "temperature 0.49: " in done.stdout
