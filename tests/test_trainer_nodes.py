@@ -178,6 +178,27 @@ def test_a_rank_killed_on_a_living_node_is_named_and_the_node_starts_new_ranks_f
     assert stepping.nodes[0].rank_pids() not in ([], [victim])
 
 
+def test_a_rank_that_fails_on_another_node_is_named_with_its_own_error(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The base model is a folder relative to node 0's working folder, so node 1's rank cannot load it: the step
+    fails with that rank's error, not with the collective that node 0's rank lost."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "base").symlink_to(tiny_model_path)
+    rendezvous = f"127.0.0.1:{free_port()}"
+    config = ModelConfig(trainer_processes=1, trainer_nodes=2, trainer_rendezvous=rendezvous)
+    processes = TrainerProcesses("base", config, tmp_path / "shared")
+    node = Node(rendezvous, 1, tmp_path / "node1", tmp_path / "shared")
+    try:
+        with pytest.raises(TrainerProcessFailed, match=r"trainer node 1 rank 1 failed: .*offline mode.*keeps serving"):
+            for _ in range(2):  # the failure shows at joining or at the first step, whichever it reaches first
+                processes.train(StepWork("rl", TrainConfig(), Policy("m", 0), []), {}, None, None)
+    finally:
+        processes.stop()
+        node.process.terminate()
+        node.process.wait(30)
+
+
 def test_a_node_that_never_comes_is_named_with_its_command(tiny_model_path: Path, tmp_path: Path) -> None:
     rendezvous = f"127.0.0.1:{free_port()}"
     config = ModelConfig(trainer_processes=1, trainer_nodes=2, trainer_rendezvous=rendezvous, trainer_timeout_s=3)

@@ -10,8 +10,9 @@ Keys (a generation is one formed group; torch's own `init_process_group` keys li
   generation               the newest generation's number
   g{G}/setup               the pickled setup every rank starts from
   g{G}/go/{n}              "step" or "stop": rank 0 got step n from the server and broadcasts its work
-  g{G}/answer/{n}/{rank}   a rank's answer to step n (0: joining) when it has no socket to the server
-  g{G}/death/{rank}        how a rank on another node died, written by that node's trainer-node command
+  g{G}/refused/{n}/{rank}  a rank on another node refused step n's input (the group lives on)
+  g{G}/failed/{rank}       how a rank on another node failed (its traceback, from the rank itself) or died (from
+                           its node's trainer-node, unless the rank said first): either ends the generation
   g{G}/over                the server gave this generation up: nodes stop what is left of its ranks
   failures                 a counter: a failing rank takes a number, and the first number is the cause
   node/{k}/beat            raised every BEAT_S by node k's trainer-node command while it lives
@@ -71,13 +72,14 @@ class GroupStore:
     def give_up(self) -> None:
         self.store.set(self._key("over"), b"1")
 
-    def answers(self, step: int, ranks: list[int]) -> dict[int, tuple]:
-        keys = {rank: self._key(f"answer/{step}/{rank}") for rank in ranks}
-        return {rank: pickle.loads(self.store.get(key)) for rank, key in keys.items() if self.store.check([key])}
+    def refusals(self, step: int, ranks: list[int]) -> dict[int, tuple]:
+        return self._read({rank: self._key(f"refused/{step}/{rank}") for rank in ranks})
 
-    def deaths(self, ranks: list[int]) -> dict[int, str]:
-        keys = {rank: self._key(f"death/{rank}") for rank in ranks}
-        return {rank: self.store.get(key).decode() for rank, key in keys.items() if self.store.check([key])}
+    def failures(self, ranks: list[int]) -> dict[int, tuple]:
+        return self._read({rank: self._key(f"failed/{rank}") for rank in ranks})
+
+    def _read(self, keys: dict[int, str]) -> dict[int, tuple]:
+        return {rank: pickle.loads(self.store.get(key)) for rank, key in keys.items() if self.store.check([key])}
 
     def beats(self, node: int) -> int:
         return self.store.add(f"node/{node}/beat", 0)
@@ -107,8 +109,12 @@ class GroupStore:
                 if "timeout" not in str(exc):
                     raise
 
-    def answer(self, step: int, rank: int, message: tuple) -> None:
-        self.store.set(self._key(f"answer/{step}/{rank}"), pickle.dumps(message))
+    def refuse(self, step: int, rank: int, message: tuple) -> None:
+        self.store.set(self._key(f"refused/{step}/{rank}"), pickle.dumps(message))
+
+    def fail(self, rank: int, message: tuple) -> None:
+        """The first word on how `rank` failed stands (its own traceback, not its node's later "died")."""
+        self.store.compare_set(self._key(f"failed/{rank}"), "", pickle.dumps(message))
 
     def failure_number(self) -> int:
         return self.store.add("failures", 1)
@@ -116,9 +122,6 @@ class GroupStore:
     # a node's trainer-node command
     def latest(self) -> int:
         return int(self.store.get("generation")) if self.store.check(["generation"]) else 0
-
-    def died(self, rank: int, how: str) -> None:
-        self.store.set(self._key(f"death/{rank}"), how)
 
     def is_over(self) -> bool:
         return self.store.check([self._key("over")])

@@ -38,10 +38,12 @@ class NodeWatch:
         a node whose heartbeat stopped."""
         if not self.nodes:
             return None
-        self.failures.update(self._group.answers(self._step, [r for r in self._remote if r not in self.failures]))
-        if deaths := self._group.deaths(self._remote):
-            rank = min(deaths)
-            return f"trainer {rank_name(self._config, rank)} {deaths[rank]}"
+        self.failures.update(self._group.refusals(self._step, [r for r in self._remote if r not in self.failures]))
+        failed = self._group.failures(self._remote)
+        if died := {rank: failure[1] for rank, failure in failed.items() if failure[0] == "died"}:
+            rank = min(died)
+            return f"trainer {rank_name(self._config, rank)} {died[rank]}"
+        self.failures.update(failed)  # a failure of this generation, at this step or before (joining, say)
         stopped = self._stopped()
         if stopped and not self._joining:
             node = stopped[0]

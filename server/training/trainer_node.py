@@ -94,7 +94,7 @@ class _NodeRanks:
             del self._ranks[rank]
             if code != 0 and self._group is not None:
                 how = how_it_ended(code)
-                self._group.died(rank, f"(pid {process.pid} on {socket.gethostname()}) died ({how})")
+                self._group.fail(rank, ("died", f"(pid {process.pid} on {socket.gethostname()}) died ({how})"))
 
     def stop(self) -> None:
         ranks, self._ranks = list(self._ranks.values()), {}

@@ -163,7 +163,7 @@ class TrainerProcesses:
 
     def _checked(self, answers: dict[int, tuple], ok: str, watch: NodeWatch) -> list[tuple]:
         failed = {r: a for r, a in answers.items() if a[0] != ok}
-        if not failed and len(answers) == len(self._ranks):
+        if not failed and not watch.failures and len(answers) == len(self._ranks):
             return [answers[r] for r in range(len(self._ranks))]
         if lost := watch.explain():  # a rank on another node died: the ranks here only lost it
             self._fail(f"{lost}; {_RESTART}")

@@ -79,8 +79,10 @@ def main(address: str, generation: int, rank: int, fd: int | None) -> None:
     def answer(step: int, message: tuple) -> None:
         if conn is not None:
             send(conn, message)
-        elif message[0] in ("error", "input_error"):  # the server waits for the ranks on its node, not for these
-            group.answer(step, rank, message)
+        elif message[0] == "error":  # the server waits for the ranks on its node; of the others, it reads failures
+            group.fail(rank, message)
+        elif message[0] == "input_error":
+            group.refuse(step, rank, message)
 
     try:
         trainer_of = _join(setup, rank, group)
