@@ -58,7 +58,7 @@ class ToolRolloutConfig(Schema):
             "Worked examples as OpenAI messages (user, assistant with tool_calls, tool, ...), placed between the "
             "system prompt and the task: few-shot demonstrations that small models follow better than instructions. "
             "Their assistant messages are marked `weight` 0 in the trajectory, so `train_sft` on it trains only the "
-            "rollout's own replies."
+            "rollout's own replies (a `weight` key given here is never sent to the model's endpoint)."
         ),
     )
 
@@ -101,7 +101,7 @@ async def tool_rollout(
         async with rollout(scenario_id=scenario.id, task=scenario.task) as trajectory:
             messages: list[dict[str, Any]] = [
                 {"role": "system", "content": system_prompt(session, config)},
-                *config.examples,
+                *({k: v for k, v in m.items() if k != "weight"} for m in config.examples),  # endpoints refuse it
                 {"role": "user", "content": scenario.task},
             ]
             while metrics["turns"] < config.max_turns and not completed:

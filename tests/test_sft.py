@@ -90,6 +90,8 @@ def test_a_worked_example_marked_weight_0_is_context_not_trained(tokenizer: Any,
     assert "Fooville" in tokenizer.decode(sequence.token_ids)  # still in the prompt, as context
     (alone,), _ = sft_sequences([demonstration()], store, tokenizer, Policy("m", 0))
     assert sequence.trained_tokens == alone.trained_tokens  # the reply's tokens, nothing of the example
+    (last,), _ = sft_sequences([marked], store, tokenizer, Policy("m", 0), last_only=True)
+    assert last.token_ids == sequence.token_ids and last.mask == sequence.mask  # the last message not marked 0
     unmarked, _ = sft_sequences([with_worked_example(None)], store, tokenizer, Policy("m", 0))
     assert sum(s.trained_tokens for s in unmarked) > sequence.trained_tokens  # unmarked, the example trains too
     with pytest.raises(TrainingInputError, match=r"trajectories\[0\].*all marked weight 0"):

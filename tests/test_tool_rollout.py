@@ -65,15 +65,19 @@ async def test_errors_and_running_out_of_turns_are_counted(scripted: ScriptedOpe
 
 async def test_a_plain_answer_ends_the_rollout_and_few_shot_examples_come_first(scripted: ScriptedOpenAI) -> None:
     scripted.replies = ["It is Paris."]
-    examples = [{"role": "user", "content": "Example task"}, {"role": "assistant", "content": "Example answer"}]
+    examples = [  # the second marked already, as a user copying a fine-tuning file might
+        *({"role": "user", "content": "Example task"}, {"role": "assistant", "content": "Example answer"}),
+        *({"role": "user", "content": "Task 2"}, {"role": "assistant", "content": "Answer 2", "weight": 0}),
+    ]
     config = ToolRolloutConfig(examples=examples, system_prompt="Use the {server} tools.", temperature=0.3)
     async with kv_server().session() as session:
         trajectory = await tool_rollout(baseline(scripted), SCENARIO, session, config)
     assert trajectory.metadata["answer"] == "It is Paris." and trajectory.metrics["completed"] is False
     assert trajectory.metrics["ran_out_of_turns"] is False
     request = scripted.requests[0]
-    assert [m["content"] for m in request["messages"][1:]] == ["Example task", "Example answer", SCENARIO.task]
+    contents = ["Example task", "Example answer", "Task 2", "Answer 2", SCENARIO.task]
+    assert [m["content"] for m in request["messages"][1:]] == contents
     assert request["messages"][0]["content"].startswith("Use the kv tools.") and request["temperature"] == 0.3
     assert all("weight" not in m for m in request["messages"])  # chat endpoints refuse the fine-tuning key
-    # the example's reply is prompt, marked so that train_sft on this trajectory trains only the rollout's own reply
-    assert [m.weight for m in trajectory.messages if m.role == "assistant"] == [0, None]
+    # the examples' replies are prompt, marked so that train_sft on this trajectory trains only the rollout's own
+    assert [m.weight for m in trajectory.messages if m.role == "assistant"] == [0, 0, None]
