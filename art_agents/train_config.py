@@ -291,6 +291,16 @@ class ModelConfig(Schema):
             "if any, comes from VLLM_API_KEY. It is never put to sleep unless vllm_sleep_mode is True."
         ),
     )
+    vllm_nodes: list[str] = Field(
+        default_factory=list,
+        description=(
+            "vLLM on several nodes: the URLs of the other nodes' vLLM servers, each started elsewhere as "
+            "vllm_server_url is (same flags, VLLM_ALLOW_RUNTIME_LORA_UPDATING=True, the checkpoints on a shared "
+            "filesystem at the same paths). The server spreads rollouts over its own vLLM and these, a rollout's "
+            "calls on one of them, and loads each checkpoint into every one while all are paused, so none serves "
+            "a step another has not loaded; one that refuses it fails the step by its URL."
+        ),
+    )
     vllm_startup_timeout: float = Field(
         600.0,
         gt=0,
@@ -317,6 +327,8 @@ class ModelConfig(Schema):
             raise ValueError("engine 'scripted' needs scripted_responses")
         if self.vllm_server_url and self.engine not in ("auto", "vllm"):
             raise ValueError(f"vllm_server_url is served by the vllm engine, not engine={self.engine!r}")
+        if self.vllm_nodes and self.engine not in ("auto", "vllm"):
+            raise ValueError(f"vllm_nodes are served by the vllm engine, not engine={self.engine!r}")
         if self.trainer_devices and len(self.trainer_devices) != self.trainer_processes:
             raise ValueError(
                 f"trainer_devices names {len(self.trainer_devices)} devices for trainer_processes="

@@ -6,17 +6,21 @@ real token ids and real logprobs (processed, i.e. at the sampling temperature an
 `--logprobs-mode processed_logprobs`; raw otherwise, as vLLM). As vLLM, the LoRA routes exist only
 with VLLM_ALLOW_RUNTIME_LORA_UPDATING and the sleep routes only with VLLM_SERVER_DEV_MODE.
 
-Test controls (environment): FAKE_VLLM_FAIL_START (exit at start with that message),
+`serving(base, args, env)` runs it as a vLLM server started by someone else (ModelConfig.vllm_server_url or
+vllm_nodes) and yields its URL. Test controls (environment): FAKE_VLLM_FAIL_START (exit at start with that message),
 FAKE_VLLM_EVENTS (a file of one JSON line per start, adapter load/unload, sleep, wake and
 completion), FAKE_VLLM_REJECT (refuse adapters whose name ends with it), FAKE_VLLM_TOKEN_DELAY
 (seconds per streamed token).
 """
 
 import argparse
+import contextlib
 import json
 import os
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,6 +56,33 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lora-modules", nargs="+", default=None)  # name=path (or JSON), as an export's README
     parser.add_argument("--served-model-name", nargs="+", default=None)
     return parser.parse_args(argv)
+
+
+@contextlib.contextmanager
+def serving(base: Path, args: list[str], env: dict[str, str]) -> Iterator[str]:
+    """This fake with `vllm serve` flags `args` on a free loopback port, LoRA routes on and `env` added; yields its
+    URL (`http://127.0.0.1:PORT/v1`) once it answers /health, and kills it on exit."""
+    import httpx
+    from server_fixtures import free_port
+
+    port = free_port()
+    command = [sys.executable, __file__, "serve", str(base), "--host", "127.0.0.1", "--port", str(port), *args]
+    full_env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", **env}
+    process = subprocess.Popen(command, env=full_env)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.2)
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the fake vLLM on port {port} did not start (exit code {process.poll()})")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        process.kill()
+        process.wait()
 
 
 def main(argv: list[str]) -> None:

@@ -5,20 +5,20 @@ the other served the new (real server, real OpenAI SDK)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
 from server_fixtures import start_server
+from step_timeline import StepTimeline
 
-from art_agents import TrainableModel, Trajectory, TrajectoryGroup, rollout
+from art_agents import TrainableModel
 from art_agents.errors import ServerError
 from art_agents.remote import RemoteBackend
 from art_agents.server.engines.protocol import SamplingParams
 from art_agents.server.engines.registry import load_engine
 from art_agents.server.engines.replicas import ReplicaRouter
 from art_agents.server.errors import ServiceError
-from art_agents.train_config import ModelConfig, TrainConfig
+from art_agents.train_config import ModelConfig
 
 CONFIG = ModelConfig(lora_rank=4, max_batch_size=8, default_max_tokens=6, replicas=2)
 PARAMS = SamplingParams(max_tokens=4, temperature=1.0)
@@ -63,37 +63,11 @@ async def test_both_replicas_serve_the_new_step_after_a_train_call_and_never_a_m
         backend = RemoteBackend(url)
         model = TrainableModel(name="twin", project="r", base_model=str(tiny_model_path), config=CONFIG)
         await model.register(backend)
-        client = model.openai_client()
-        seen: list[tuple[float, float, int]] = []  # (sent, answered, step)
-
-        async def ask(text: str) -> Trajectory:
-            async with rollout() as trajectory:
-                sent = time.monotonic()
-                reply = await client.chat.completions.create(
-                    model=model.name, messages=[{"role": "user", "content": text}], max_tokens=4
-                )
-                seen.append((sent, time.monotonic(), int(reply.model.rsplit("@", 1)[1])))
-                trajectory.reward = len(reply.choices[0].message.content or "") % 3
-            return trajectory
-
-        groups = [TrajectoryGroup(await asyncio.gather(*(ask(f"q{g} {i}") for i in range(4)))) for g in range(2)]
-
-        async def keep_asking(stop: asyncio.Event) -> None:
-            while not stop.is_set():
-                await asyncio.gather(*(ask("during") for _ in range(4)))
-
-        stop = asyncio.Event()
-        during = asyncio.create_task(keep_asking(stop))
-        result = await model.train(groups, TrainConfig(learning_rate=1e-3), progress=False)
-        await asyncio.gather(*(ask("after") for _ in range(8)))
-        stop.set()
-        await during
-        await client.close()
+        timeline = StepTimeline(model)
+        result = await timeline.train_while_asking()
         await backend.close()
     assert result.step == 1
-    first_new = min(answered for _, answered, step in seen if step == 1)
-    assert all(step == 1 for sent, _, step in seen if sent > first_new), "a replica served step 0 after step 1"
-    assert [step for _, _, step in seen[-8:]] == [1] * 8
+    timeline.assert_switched_to(1)
 
 
 async def test_a_vllm_model_is_told_to_use_data_parallel_size(tiny_model_path: Path, tmp_path: Path) -> None:

@@ -4,12 +4,9 @@ through it without starting, sleeping or stopping it, and says how to start it w
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+import fake_vllm
 import httpx
 import pytest
 from server_fixtures import free_port, start_server
@@ -21,7 +18,6 @@ from art_agents.server.engines.vllm_process import VLLMUnavailable
 from art_agents.train_config import ModelConfig
 
 CONFIG = ModelConfig(engine="vllm", lora_rank=8, lora_alpha=16, max_batch_size=24)
-FAKE = Path(__file__).with_name("fake_vllm.py")
 
 
 def test_an_unreachable_external_vllm_is_named_with_the_command_that_starts_it(
@@ -44,26 +40,16 @@ def test_an_unreachable_external_vllm_is_named_with_the_command_that_starts_it(
 async def test_a_model_served_by_an_external_vllm_trains_through_it(tiny_model_path: Path, tmp_path: Path) -> None:
     from art_agents.server.ops.quickstart import TOY_CONFIG, rollout_groups
 
-    port, events = free_port(), tmp_path / "events.jsonl"
-    command = [sys.executable, str(FAKE), "serve", str(tiny_model_path), "--host", "127.0.0.1", "--port", str(port)]
-    env = {**os.environ, "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "FAKE_VLLM_EVENTS": str(events)}
-    vllm = subprocess.Popen([*command, *vllm_args(CONFIG, sleep=False)], env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
-        external = {"vllm_runtime": {"mode": "external", "server_url": f"http://127.0.0.1:{port}/v1"}}
+    events = tmp_path / "events.jsonl"
+    with fake_vllm.serving(tiny_model_path, vllm_args(CONFIG, sleep=False), {"FAKE_VLLM_EVENTS": str(events)}) as vllm:
+        external = {"vllm_runtime": {"mode": "external", "server_url": vllm}}
         with start_server(tmp_path / "art") as url:
             backend = RemoteBackend(url)
             model = TrainableModel(
                 name="v", project="p", base_model=str(tiny_model_path), config=CONFIG, _internal_config=external
             )
             await model.register(backend)
-            assert model.server_config.vllm_server_url == f"http://127.0.0.1:{port}/v1"
+            assert model.server_config.vllm_server_url == vllm
             client = model.openai_client()
             result = await model.train(await rollout_groups(client, model, step=0), TOY_CONFIG, progress=False)
             assert result.step == 1 and result.metrics["turns_retokenized"] == 0
@@ -73,7 +59,4 @@ async def test_a_model_served_by_an_external_vllm_trains_through_it(tiny_model_p
             await backend.close()
         kinds = [json.loads(line)["event"] for line in events.read_text().splitlines()]
         assert kinds.count("start") == 1 and "sleep" not in kinds  # started once, by us here; never put to sleep
-        assert vllm.poll() is None  # the server stopped; the external vLLM did not
-    finally:
-        vllm.kill()
-        vllm.wait()
+        assert httpx.get(f"{vllm.removesuffix('/v1')}/health").status_code == 200  # the server stopped; vLLM did not

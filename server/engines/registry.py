@@ -52,6 +52,8 @@ def choose_engine(config: ModelConfig) -> tuple[str, str]:
         return config.engine, f"engine={config.engine!r} was asked for"
     if config.vllm_server_url:
         return "vllm", f"the vLLM server at {config.vllm_server_url} (vllm_server_url) serves it"
+    if config.vllm_nodes:
+        return "vllm", f"vLLM on {1 + len(config.vllm_nodes)} nodes (vllm_nodes) serves it"
     if config.gguf_file:
         return "transformers", "a gguf_file is served by the transformers engine"
     if config.device.startswith("cpu"):
@@ -74,7 +76,11 @@ def _transformers(base_model: str, config: ModelConfig, name: str, model_dir: Pa
 def _vllm(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
     from art_agents.server.engines.vllm_engine import VLLMEngine
 
-    return VLLMEngine.load(base_model, config, name=name, model_dir=model_dir)
+    if not config.vllm_nodes:
+        return VLLMEngine.load(base_model, config, name=name, model_dir=model_dir)
+    from art_agents.server.engines.vllm_nodes import load_nodes
+
+    return load_nodes(base_model, config, name=name, model_dir=model_dir)
 
 
 def _scripted(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
@@ -87,7 +93,8 @@ ENGINES: dict[str, EngineLoader] = {"transformers": _transformers, "vllm": _vllm
 
 
 def load_engine(base_model: str, config: ModelConfig, name: str, model_dir: Path) -> Engine:
-    """The engine for a model; `config.replicas` transformers engines behind a `ReplicaRouter` when more than one."""
+    """The engine for a model; `config.replicas` transformers engines, or one vLLM engine per node
+    (`vllm_nodes`), behind a `ReplicaRouter` when more than one."""
     engine, why = choose_engine(config)
     log.info("model %s is served by the %s engine: %s", name, engine, why)
     if config.replicas == 1:

@@ -1,4 +1,4 @@
-"""Several engines of one model behind one `Engine` face (`ModelConfig.replicas`).
+"""Several engines of one model behind one `Engine` face (`ModelConfig.replicas`; one vLLM per node, `vllm_nodes`).
 
 A rollout's calls (one `route`: its rollout id) stay on the replica that served its first call, whose prefix
 cache holds its earlier turns; a new rollout, or a call without one, goes to the replica with the fewest

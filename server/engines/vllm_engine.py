@@ -177,8 +177,10 @@ class VLLMEngine:
                 body = {"lora_name": self.adapter(step), "lora_path": str(path)}
                 response = self._post("/v1/load_lora_adapter", json=body)
                 if response.status_code != 200:
+                    where = self._running().base_url
                     raise VLLMError(
-                        f"vLLM refused checkpoint {step} of model {self.name!r} ({path}): {_error_of(response)}"
+                        f"vLLM refused checkpoint {step} of model {self.name!r} ({path}) on {where}: "
+                        f"{_error_of(response)}"
                     )
                 self._loaded[step] = path
             self._loaded.move_to_end(step)
@@ -395,10 +397,14 @@ class VLLMEngine:
         if response.status_code != 200:
             raise VLLMError(f"vLLM could not {what}: {_error_of(response)}")
 
-    async def close(self) -> None:
+    def stop(self) -> None:
+        """Stop vLLM if this server started it (an external one is never stopped from here)."""
         process, self.process = self.process, None
         if process is not None:
-            await asyncio.to_thread(process.stop)
+            process.stop()
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.stop)
 
 
 async def _events(response: httpx.Response) -> AsyncIterator[dict[str, Any]]:

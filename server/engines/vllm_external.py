@@ -55,5 +55,5 @@ class ExternalVLLM:
     def _unreachable(self, what: str) -> str:
         return (
             f"the external vLLM server at {self.base_url} {what}; art-agents does not start it: run "
-            f"`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True {self.required}` (ModelConfig.vllm_server_url)"
+            f"`VLLM_ALLOW_RUNTIME_LORA_UPDATING=True {self.required}` (ModelConfig.vllm_server_url or vllm_nodes)"
         )
