@@ -115,6 +115,11 @@ def smollm2_folder(work: Path) -> Path:
     return work / "smollm2"
 
 
+def tool_list(count: int) -> str:
+    """An agent's system prompt of `count` made-up tool descriptions (about 14 SmolLM2 tokens each)."""
+    return " ".join(f"tool_{i}(a, b) returns the result of operation {i}." for i in range(count))
+
+
 def make_batch(
     tokenizer: Any, groups: int, group_size: int, completion_tokens: int, seed: int = 0, prompt_tokens: int = 0
 ) -> list[dict[str, Any]]:
@@ -130,8 +135,7 @@ def make_batch(
     vocab = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids]
     head = []
     if prompt_tokens:
-        words = " ".join(f"tool_{i}(a, b) returns the result of operation {i}." for i in range(prompt_tokens))
-        text = tokenizer.decode(tokenizer.encode(words, add_special_tokens=False)[:prompt_tokens])
+        text = tokenizer.decode(tokenizer.encode(tool_list(prompt_tokens), add_special_tokens=False)[:prompt_tokens])
         head = [{"role": "system", "content": text}]
     rows = []
     for g in range(groups):
@@ -346,7 +350,9 @@ def main() -> None:
                 )
             else:
                 (work / side).mkdir()
-                steps[side] = BASELINES[side](ours_step(model_path, tokenizer, rows, options.micro_batch_size, work / side))
+                steps[side] = BASELINES[side](
+                    ours_step(model_path, tokenizer, rows, options.micro_batch_size, work / side)
+                )
         peaks: dict[str, list[float]] = {side: [] for side in steps}
         times = interleaved({side: measured(step, peaks[side]) for side, step in steps.items()}, rounds=options.steps)
     memory = {side: Summary.of(values[1:]) for side, values in peaks.items()}  # after the warm-up round

@@ -4,8 +4,11 @@
 rollouts through the OpenAI SDK, trains `--steps` steps on them, and reads the server's /proc status: resident
 memory once registered, after the steps, and the peak (VmHWM). Only the client API is used, so the same script
 measures any commit: run it with another checkout's python to compare (the figures in docs/benchmarks.md).
+`--system-tokens` puts an agent's system prompt (made-up tool descriptions) before each rollout's task, the
+shape of an MCP•RL batch (its head is ~700-850 tokens on SmolLM2).
 
     python benchmarks/train_memory.py [--steps 2] [--json-out F]   (--tiny: the tiny test model, a smoke run)
+    python benchmarks/train_memory.py --system-tokens 800 --micro-batch-size 4   # MCP•RL-shaped
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grpo_step import tool_list
 from learning import smollm2_gguf
 
 PROMPT = "Name three colours, one per line."
@@ -32,11 +36,12 @@ def status_mb(pid: int, field: str) -> float:
     raise RuntimeError(f"/proc/{pid}/status has no {field}")
 
 
-async def groups_of(model: Any, groups: int, size: int, max_tokens: int) -> list[Any]:
+async def groups_of(model: Any, groups: int, size: int, max_tokens: int, system_tokens: int) -> list[Any]:
     from art_agents.trajectory import Trajectory, TrajectoryGroup
 
     client = model.openai_client()
-    messages = [{"role": "user", "content": PROMPT}]
+    head = [{"role": "system", "content": tool_list(system_tokens // 14)}] if system_tokens else []
+    messages = [*head, {"role": "user", "content": PROMPT}]
 
     async def one(seed: int) -> Trajectory:
         answer = await client.chat.completions.create(
@@ -70,9 +75,10 @@ async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
         assert backend._process is not None
         pid = backend._process.pid
         registered = status_mb(pid, "VmRSS")
+        config = TrainConfig(micro_batch_size=args.micro_batch_size)
         for step in range(args.steps):
-            groups = await groups_of(model, args.groups, args.group_size, args.max_tokens)
-            await model.train(groups, TrainConfig(), progress=False)
+            groups = await groups_of(model, args.groups, args.group_size, args.max_tokens, args.system_tokens)
+            await model.train(groups, config, progress=False)
             print(f"step {step + 1}: resident {status_mb(pid, 'VmRSS'):.1f} MiB", flush=True)
         return {
             "steps": args.steps,
@@ -91,6 +97,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--groups", type=int, default=2)
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--system-tokens", type=int, default=0, help="about this many tokens of system prompt (tools)")
+    p.add_argument("--micro-batch-size", type=int, default=8)
     p.add_argument("--tiny", action="store_true", help="the tiny test model instead of SmolLM2 (a smoke run)")
     p.add_argument("--json-out", type=Path)
     return p.parse_args(argv)

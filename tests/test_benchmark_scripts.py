@@ -99,7 +99,10 @@ def test_async_pipeline_runs_on_the_tiny_model() -> None:
 
 
 def test_train_memory_reads_the_servers_resident_memory_through_registering_and_training() -> None:
-    out = run_script("train_memory.py", "--tiny", "--steps", "1", "--groups", "1", "--group-size", "2")
+    out = run_script(
+        "train_memory.py", "--tiny", "--steps", "1", "--groups", "1", "--group-size", "2", "--system-tokens", "60",
+        "--micro-batch-size", "1",
+    )  # fmt: skip
     result = json.loads(out[out.index("{") :])
     assert result["steps"] == 1 and 0 < result["rss_mb_registered"] <= result["rss_mb_peak"]
     assert result["rss_mb_after_steps"] <= result["rss_mb_peak"]

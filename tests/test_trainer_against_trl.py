@@ -16,8 +16,8 @@ from trl_reference import trl_grpo_loss, trl_pad_batch
 
 from art_agents.server.training.logprobs import token_logprobs
 from art_agents.server.training.loss import BatchTotals, policy_loss
-from art_agents.server.training.shared_prefix import MIN_SHARED_TOKENS, sharing_for
 from art_agents.server.training.sequences import TrainSequence, merge_turns
+from art_agents.server.training.shared_prefix import MIN_SHARED_TOKENS, sharing_for
 from art_agents.train_config import TrainConfig
 
 TEMPERATURE = 0.7

@@ -29,7 +29,6 @@ from art_agents.server.training.batches import chunks, collate, empty_sequence
 from art_agents.server.training.logprobs import ScaledLogits, token_logprobs
 from art_agents.server.training.loss import BatchTotals, policy_loss
 from art_agents.server.training.ranks import Ranks
-from art_agents.server.training.shared_prefix import PrefixSharing, sharing_for
 from art_agents.server.training.sequences import (
     Policy,
     TrainingInputError,
@@ -37,6 +36,7 @@ from art_agents.server.training.sequences import (
     build_sequences,
     sft_sequences,
 )
+from art_agents.server.training.shared_prefix import PrefixSharing, sharing_for
 from art_agents.server.training.step_work import Progress, StepWork
 from art_agents.wire import reward_stats
 
