@@ -70,6 +70,9 @@ def test_serving_overhead_runs_on_the_tiny_model() -> None:
     assert re.search(rf"n=8 {RATIO} \[target <= 1\.2x: (met|missed)\]", summary), summary
     assert re.search(rf"concurrent vs generate {RATIO}; .*sequential {RATIO}", summary), summary
     assert re.search(rf"concurrent prefix cache on / off {RATIO} \[goal <= 1\.05x\]", summary), summary
+    batching = next(line for line in out.splitlines() if line.startswith("batching"))
+    assert re.search(rf"concurrent server {RATIO} \[goal <= 2\.0x: (met|missed)\]; concurrent bare {RATIO}", batching)
+    assert re.search(rf"n=8 server {RATIO} \[goal <= 1\.6x: (met|missed)\]; n=8 bare {RATIO}$", batching), batching
 
 
 @pytest.mark.slow
