@@ -133,3 +133,27 @@ def test_rows_that_differ_early_or_a_single_row_are_not_shared() -> None:
     assert shared_length(ids, attention, 30) == 20
     attention[0, 18:] = 0
     assert shared_length(ids, attention, 30) == 18  # padding is never shared
+
+
+def test_a_model_with_linear_attention_layers_or_fsdp_does_not_share(tiny_model_path) -> None:
+    """Qwen3-Next's linear-attention layers keep recurrent states a batch repeat of the cache would not carry."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
+    from art_agents.server.training.shared_prefix import sharing_for
+
+    hybrid = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(
+            "qwen3_next", hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+            num_key_value_heads=1, head_dim=16, vocab_size=100, num_experts=2, num_experts_per_tok=1,
+            moe_intermediate_size=32, shared_expert_intermediate_size=32, linear_num_value_heads=2,
+            linear_num_key_heads=1, linear_key_head_dim=16, linear_value_head_dim=16,
+            layer_types=["linear_attention", "full_attention"],
+        )
+    )  # fmt: skip
+    assert sharing_for(hybrid, None) is None
+    attention_only, _ = load_peft_model(str(tiny_model_path), TOY_MODEL_CONFIG)
+    assert sharing_for(attention_only, None) is not None
+    assert sharing_for(attention_only, "ddp") is not None
+    assert sharing_for(attention_only, "fsdp") is None

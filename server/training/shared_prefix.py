@@ -9,7 +9,8 @@ activations are kept once instead of once per row. The prefix ends before the fi
 of it is needed.
 
 Not with activation checkpointing: transformers drops the cache inside a checkpointed layer, so the trainer
-turns sharing off while checkpointing is on. Not with FSDP2 either (`sharing_for`).
+turns sharing off while checkpointing is on. Not with FSDP2 either, nor for a model with other layers than
+attention (`sharing_for`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import torch
 
 # Below this many common tokens a second forward pass costs more (a pass's fixed per-layer cost) than it saves.
 MIN_SHARED_TOKENS = 16
+# Layers whose cache is keys and values alone, which repeating across the batch carries whole. A linear-attention
+# layer (Qwen3-Next's, say) also keeps conv and recurrent states that transformers' batch repeat leaves as they are.
+ATTENTION_LAYERS = {"full_attention", "sliding_attention"}
 
 
 @dataclass(frozen=True)
@@ -37,13 +41,15 @@ def sharing_for(model: Any, sharding: str | None) -> PrefixSharing | None:
     """How `model` (a PEFT model) shares prompts in a trainer process of `sharding`.
 
     None under FSDP2: every rank must run the same forward passes (each gathers parameters collectively), and
-    one rank's micro-batch may share a prompt where another's does not. Under DDP the prompt's pass goes
-    through the model itself, not DDP's wrapper, whose every forward broadcasts buffers (a collective); the
-    gradients it adds still reach DDP's hooks, which fire once per parameter per backward.
+    one rank's micro-batch may share a prompt where another's does not. None for a model with layers other than
+    attention (`ATTENTION_LAYERS`). Under DDP the prompt's pass goes through the model itself, not DDP's
+    wrapper, whose every forward broadcasts buffers (a collective); the gradients it adds still reach DDP's
+    hooks, which fire once per parameter per backward.
     """
-    if sharding == "fsdp":
-        return None
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    layers = set(getattr(base.config.get_text_config(), "layer_types", None) or ["full_attention"])
+    if sharding == "fsdp" or not layers <= ATTENTION_LAYERS:
+        return None
     keyword = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
     return PrefixSharing(keyword, model)
 
