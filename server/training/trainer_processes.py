@@ -144,7 +144,8 @@ class TrainerProcesses:
                 try:
                     answer = receive(conn)  # type: ignore[arg-type]
                 except (EOFError, OSError):
-                    self._fail(self._death(r))
+                    death = self._death(r)
+                    self._fail(self._remote_cause(watch) or death)
                 if answer[0] == "progress":
                     if progress is not None:
                         progress(*answer[1:])
@@ -176,6 +177,18 @@ class TrainerProcesses:
             raise TrainingInputError(answer[1])
         where = rank_name(self._setup.config, r)
         self._fail(f"trainer {where} failed: {_last_line(answer[1])}{watch.missing()}; {_RESTART}")
+
+    def _remote_cause(self, watch: NodeWatch) -> str | None:
+        """A rank here that died may only have lost its peer on another node (gloo closes the connection and the
+        rank exits): that node's own word on its rank, when it gives one in time."""
+        if not watch.nodes:
+            return None
+        if lost := watch.explain():
+            return f"{lost}; {_RESTART}"
+        if not watch.failures:
+            return None
+        r, answer = min(watch.failures.items(), key=_first_failure)
+        return f"trainer {rank_name(self._setup.config, r)} failed: {_last_line(answer[1])}; {_RESTART}"
 
     def _fail(self, message: str) -> NoReturn:
         """Stop the group (some of it may wait in a collective that never completes) and fail the step."""
