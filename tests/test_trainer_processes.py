@@ -8,6 +8,7 @@ same weights after. Micro-batches that do not divide evenly over the ranks are p
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import signal
@@ -169,11 +170,14 @@ async def test_a_served_model_trains_with_processes_and_serves_on_when_one_dies(
 
 
 def trainer_workers() -> list[psutil.Process]:
-    return [
-        child
-        for child in psutil.Process().children(recursive=True)
-        if child.is_running() and "art_agents.server.training.trainer_worker" in " ".join(child.cmdline())
-    ]
+    """The server's ranks: its own children (another test's trainer-node in this worker has its ranks as
+    grandchildren), not yet exited."""
+    workers = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.status() != psutil.STATUS_ZOMBIE and "training.trainer_worker" in " ".join(child.cmdline()):
+                workers.append(child)
+    return workers
 
 
 def test_where_training_runs_decides_whether_vllm_sleeps_during_a_step() -> None:
