@@ -10,13 +10,16 @@ then imitated by the student with `train_sft`.
 
 The same rollout code runs for the teacher and the student (it takes a `Model`). The teacher's replies are not in
 the student's token store, so the server tokenizes them with the student's chat template (`turns_retokenized`).
+
+In RL another model's turns are context, not trained; `adopted` makes a teacher's rollout the student's to train in
+a group beside the student's own rollouts (off-policy guidance: `art_agents.autorl.guidance`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from art_agents.trajectory import Trajectory, TrajectoryGroup
+from art_agents.trajectory import Trajectory, TrajectoryGroup, Turn
 
 
 def keep_best(
@@ -31,3 +34,11 @@ def keep_best(
         )
         kept += good[:per_group]
     return kept
+
+
+def adopted(trajectory: Trajectory) -> Trajectory:
+    """`trajectory` (a teacher's rollout) with its turns the student's: unnamed and without a completion id, so the
+    server re-tokenizes them with the student's chat template and trains them, where a teacher's named turns would
+    stay untrained context. Marked `metadata["teacher"]` so it can be told apart in a group."""
+    turns = [Turn(history=turn.history, index=turn.index) for turn in trajectory.turns]
+    return trajectory.model_copy(update={"turns": turns, "metadata": trajectory.metadata | {"teacher": True}})

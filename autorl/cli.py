@@ -109,6 +109,10 @@ def mcp_rl(
     teacher_model: Annotated[str | None, Opt(help="Model name of the warmup's teacher at its endpoint.")] = None,
     teacher_api_base: Annotated[str | None, Opt(help="OpenAI-compatible URL of the teacher (default OpenAI).")] = None,
     teacher_api_key: Annotated[str | None, Opt(help="api_key for the teacher (default $OPENAI_API_KEY).")] = None,
+    guide_below: Annotated[
+        float | None,
+        Opt(help="During RL, a group whose best reward is below this gets the teacher's rollout (default off)."),
+    ] = None,
     scenarios: Annotated[int | None, Opt(help="Training scenarios to generate (default 24).")] = None,
     val_scenarios: Annotated[int | None, Opt(help="Held-out scenarios (default 8).")] = None,
     max_turns: Annotated[int | None, Opt(help="Model calls per rollout (default 6).")] = None,
@@ -156,6 +160,7 @@ def mcp_rl(
         "sft_warmup": sft_warmup,
         "teacher_model": teacher_model,
         "teacher_params": _litellm_params(teacher_api_base, teacher_api_key),
+        "guide_below": guide_below,
         "scenarios": scenarios,
         "val_scenarios": val_scenarios,
         "rollout": {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature},

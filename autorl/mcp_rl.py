@@ -18,6 +18,7 @@ from pydantic import Field
 
 from art_agents.autorl.evaluation import EvalReport, evaluate, saved_evaluation
 from art_agents.autorl.generation import Generation, GenerationError
+from art_agents.autorl.guidance import Guide
 from art_agents.autorl.mcp_rl_config import MCPRLConfig
 from art_agents.autorl.run_config import RunSummary, registered_model
 from art_agents.autorl.run_folder import RunFolder
@@ -117,7 +118,7 @@ async def run_mcp_rl(
     resuming = folder.check(_task(config), fresh=fresh)  # every check before the folder is claimed
     generating = scenarios is None and not (resuming and folder.file(SCENARIOS_FILE).is_file())
     config.check_keys(judge=reward is None, generator=generating)
-    if config.sft_warmup and not (resuming and not pending(folder)):
+    if (config.sft_warmup and not (resuming and not pending(folder))) or config.guide_below is not None:
         await check_teacher(teacher(config))
     server = config.mcp_server
     async with server:
@@ -156,12 +157,15 @@ async def run_mcp_rl(
             if step < last:
                 if step:
                     echo(f"continuing at step {step} of {last}")
+                guide = (
+                    None if config.guide_below is None else Guide(teacher(config), rollout, scorer, config.guide_below)
+                )
                 records = await train_loop(
                     model,
                     rollout,
                     train,
                     steps=last - step,
-                    after_each=scorer,
+                    after_each=guide or scorer,
                     after_train=_StepEcho(scorer, temperature, echo),
                     **config.loop_options(),
                 )
@@ -197,9 +201,13 @@ class _StepEcho:
         sampled = [t.metrics["temperature"] for g in groups for t in g.trajectories if "temperature" in t.metrics]
         used = sum(sampled) / len(sampled) if sampled else self.temperature.current
         record.metrics["rollout/temperature"] = used
+        guided = sum(bool(t.metadata.get("teacher")) for g in groups for t in g.trajectories)
+        if guided:
+            record.metrics["rollout/guided_groups"] = guided
         following = self.temperature.after_draw(record.advanced, record.reward_mean)
         moved = f", next draw at {following:g}" if following != used else ""
         state = "" if record.advanced else " (no reward spread: nothing trained)"
+        state += f" ({guided} groups guided by the teacher)" if guided else ""
         self.echo(
             f"step {record.step}{state}: reward {record.reward_mean:.3f} over {record.rollouts} rollouts at "
             f"temperature {used:g}{moved}; seconds: rollouts {record.rollout_s:.1f} (scoring {scoring:.1f}), "

@@ -54,6 +54,14 @@ class MCPRLConfig(RunConfig):
     )
     sft_min_reward: float = Field(0.5, description="Teacher rollouts scored below this are not imitated.")
     sft: TrainSFTConfig = Field(default_factory=TrainSFTConfig, description="The warmup's `train_sft` settings.")
+    guide_below: float | None = Field(
+        None,
+        description=(
+            "Off-policy guidance during RL (needs `teacher_model`): a group whose best reward is below this gets the "
+            "teacher's rollout of its task in place of its worst one, kept if it then scores best (see "
+            "`art_agents.autorl.guidance`). None: off. With a 0-1 task reward, 1.0 guides every group none solved."
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -77,4 +85,6 @@ class MCPRLConfig(RunConfig):
     def _teacher_for_warmup(self) -> MCPRLConfig:
         if self.sft_warmup and not self.teacher_model:
             raise ValueError("the SFT warmup needs a teacher: give --teacher-model (and --teacher-api-base) too")
+        if self.guide_below is not None and not self.teacher_model:
+            raise ValueError("guidance (--guide-below) needs a teacher: give --teacher-model (and --teacher-api-base)")
         return self

