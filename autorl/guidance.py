@@ -46,7 +46,7 @@ class Guide:
         worst = min(range(len(scored.trajectories)), key=lambda i: scored.trajectories[i].reward)
         candidate = [t.model_copy() for t in scored.trajectories]  # scoring again must not touch the student's group
         candidate[worst] = adopted(demo)
-        rescored = await self.scorer(TrajectoryGroup(candidate, metadata=scored.metadata))
+        rescored = await self.scorer(scored.model_copy(update={"trajectories": candidate}))
         if rescored is None or rescored.trajectories[worst].reward <= max(
             t.reward for i, t in enumerate(rescored.trajectories) if i != worst
         ):
