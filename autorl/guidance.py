@@ -9,6 +9,7 @@ stays as the student rolled it). Measured on the calculator benchmark: `benchmar
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +19,8 @@ from art_agents.trajectory import Trajectory, TrajectoryGroup
 if TYPE_CHECKING:
     from art_agents.autorl.scoring import GroupScorer
     from art_agents.model import Model
+
+log = logging.getLogger(__name__)
 
 
 class Guide:
@@ -40,7 +43,13 @@ class Guide:
         scored = await self.scorer(group)
         if scored is None or not scored.trajectories or max(scored.rewards()) >= self.below:
             return scored
-        demo = await self.rollout(self.teacher, self.scorer.scenario_of(scored.trajectories[0]))
+        scenario = self.scorer.scenario_of(scored.trajectories[0])
+        try:
+            demo = await self.rollout(self.teacher, scenario)
+        except Exception as exc:  # guidance is help, not the run: the group trains as the student rolled it
+            log.warning("the teacher %r failed on task %s, so its group is not guided: %s", self.teacher.name,
+                        getattr(scenario, "id", "?"), exc)  # fmt: skip
+            return scored
         if demo.failed:
             return scored
         worst = min(range(len(scored.trajectories)), key=lambda i: scored.trajectories[i].reward)

@@ -3,8 +3,11 @@ server then trains as the student's own turns; a solved group, or a teacher that
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
+from mcp_fixtures import free_port
 from scripted_openai import ScriptedOpenAI
 from server_fixtures import start_server
 
@@ -63,7 +66,9 @@ async def test_a_failed_group_trains_on_the_teachers_rollout_as_the_students_own
         await backend.close()
 
 
-async def test_a_teacher_that_does_no_better_leaves_the_group_as_rolled(tiny_model_path: Path, tmp_path: Path) -> None:
+async def test_a_teacher_that_does_no_better_or_cannot_be_reached_leaves_the_group_as_rolled(
+    tiny_model_path: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with ScriptedOpenAI() as endpoint, start_server(tmp_path / "art") as url:
         endpoint.default = "I do not know."
         backend = RemoteBackend(url)
@@ -75,4 +80,10 @@ async def test_a_teacher_that_does_no_better_leaves_the_group_as_rolled(tiny_mod
         kept = await guide(group)
         assert kept is group and guide.guided == 0 and len(endpoint.requests) == 1
         assert not any(t.metadata.get("teacher") for t in kept.trajectories)
+
+        gone = Model(name="gone", inference_base_url=f"http://127.0.0.1:{free_port()}/v1", inference_api_key="k")
+        unreachable = Guide(gone, attempt, GroupScorer({TASK.id: TASK}, reward=says_42), below=1.0)
+        with caplog.at_level(logging.WARNING, logger="art_agents.autorl.guidance"):
+            assert await unreachable(group) is group and unreachable.guided == 0
+        assert "the teacher 'gone' failed on task t0, so its group is not guided" in caplog.text
         await backend.close()
