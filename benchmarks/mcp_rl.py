@@ -239,7 +239,8 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     scenarios = [task.scenario for task in solved]
     if args.scenarios_out:
         args.scenarios_out.write_text("".join(s.model_dump_json() + "\n" for s in scenarios))
-    train = [s for s in scenarios if s.split == "train"]
+    trainable = [task for task in solved if task.scenario.split == "train"]
+    train = [task.scenario for task in trainable]
     val = [s for s in scenarios if s.split == "val"][: args.eval_limit or None]
     rollout_config = ToolRolloutConfig(
         max_turns=args.max_turns,
@@ -293,11 +294,11 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
                 f"reward {before.score:.3f} ({timings['evaluation_s'][0]:.0f}s)"
             )
             if args.mode != "rl":
-                taught = [task for task in solved if task.scenario.split == "train"][: args.teacher_tasks]
-                timings |= await sft_warmup(args, model, server, rollout_config, taught, scorer)
+                timings |= await sft_warmup(
+                    args, model, server, rollout_config, trainable[: args.teacher_tasks], scorer
+                )
             if args.mode != "sft":
-                trained = [task for task in solved if task.scenario.split == "train"]
-                with Teacher(trained) if args.guide else contextlib.nullcontext() as teacher:
+                with Teacher(trainable) if args.guide else contextlib.nullcontext() as teacher:
                     rl = RLSetup(model, server, rollout_config, scorer, teacher)
                     guides = await rl_steps(args, rl, train, deadline, timings, reset)
             after = await measure(await model.get_step())

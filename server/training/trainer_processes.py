@@ -175,8 +175,7 @@ class TrainerProcesses:
         if answer[0] == "input_error":
             self.stop(graceful=False)
             raise TrainingInputError(answer[1])
-        where = rank_name(self._setup.config, r)
-        self._fail(f"trainer {where} failed: {_last_line(answer[1])}{watch.missing()}; {_RESTART}")
+        self._fail(self._failed(r, answer, watch.missing()))
 
     def _remote_cause(self, watch: NodeWatch) -> str | None:
         """A rank here that died may only have lost its peer on another node (gloo closes the connection and the
@@ -187,8 +186,10 @@ class TrainerProcesses:
             return f"{lost}; {_RESTART}"
         if not watch.failures:
             return None
-        r, answer = min(watch.failures.items(), key=_first_failure)
-        return f"trainer {rank_name(self._setup.config, r)} failed: {_last_line(answer[1])}; {_RESTART}"
+        return self._failed(*min(watch.failures.items(), key=_first_failure))
+
+    def _failed(self, r: int, answer: tuple, missing: str = "") -> str:
+        return f"trainer {rank_name(self._setup.config, r)} failed: {_last_line(answer[1])}{missing}; {_RESTART}"
 
     def _fail(self, message: str) -> NoReturn:
         """Stop the group (some of it may wait in a collective that never completes) and fail the step."""
