@@ -1,8 +1,9 @@
 """Scoped capture: a contextvar holds the trajectory of the rollout running in this task.
 
-Nothing is patched globally. Clients built by the toolkit, LangChain callbacks and the MCP wrapper
-call `record_completion` / `record_tool_call`; outside a rollout those calls do nothing, and
-concurrent asyncio tasks each see their own trajectory because contextvars are copied per task.
+Clients built by the toolkit, LangChain callbacks and the MCP wrapper call `record_completion` /
+`record_tool_call`; outside a rollout those calls do nothing, and concurrent asyncio tasks each see their
+own trajectory because contextvars are copied per task. Any other client of an art-agents server is
+captured through the server (server_capture.py), through hooks that add to a rollout's opening and closing.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import numbers
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar, Token
-from typing import Any, ParamSpec, overload
+from typing import Any, ParamSpec, Protocol, overload
 
 from art_agents.messages import ChatMessage, as_messages
 from art_agents.trajectory import History, RolloutFailed, ToolCallRecord, Trajectory, Turn
@@ -26,6 +27,22 @@ _request_overrides: ContextVar[dict[str, Any] | None] = ContextVar("art_agents_r
 
 
 P = ParamSpec("P")
+
+
+class RolloutHooks(Protocol):
+    """What a capture path does as rollouts open and close (server_capture.py fetches the server's calls)."""
+
+    def enter(self) -> None: ...
+    def exit(self, trajectory: Trajectory) -> None: ...
+    async def aexit(self, trajectory: Trajectory) -> None: ...
+
+
+_hooks: list[RolloutHooks] = []
+
+
+def add_rollout_hooks(hooks: RolloutHooks) -> None:
+    if hooks not in _hooks:
+        _hooks.append(hooks)
 
 
 def current_trajectory() -> Trajectory | None:
@@ -69,12 +86,20 @@ class Rollout:
         self._token: Token[Trajectory | None] | None = None
 
     def __enter__(self) -> Trajectory:
+        for hooks in _hooks:
+            hooks.enter()
         self._token = _current.set(self.trajectory)
         return self.trajectory
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        for hooks in _hooks:
+            hooks.exit(self.trajectory)
+        self._close(exc)
+
+    def _close(self, exc: BaseException | None) -> None:
         if self._token is not None:
             _current.reset(self._token)
+            self._token = None
         if exc is None:
             self.trajectory.finish()
             return
@@ -88,7 +113,9 @@ class Rollout:
         return self.__enter__()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        self.__exit__(exc_type, exc, tb)
+        for hooks in _hooks:
+            await hooks.aexit(self.trajectory)
+        self._close(exc)
 
 
 @overload

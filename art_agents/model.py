@@ -137,6 +137,25 @@ class Model(Schema):
             "registered TrainableModel; score a baseline's groups yourself (`write_groups` saves them)"
         )
 
+    async def rollout_base_url(self) -> str:
+        """A base URL (`<server>/r/<rollout id>/v1`) whose every call is recorded for the current rollout.
+
+        For an agent in another process or language: give it this URL and `endpoint()`'s key. The server keeps
+        each call it answers there, in any protocol (Chat Completions, Responses, Anthropic Messages,
+        Completions), and the trajectory gets them when the `art.rollout()` scope ends; the URL then takes no
+        more calls. Only an art-agents server offers it.
+        """
+        from art_agents.capture import current_trajectory
+        from art_agents.server_capture import open_scoped
+
+        trajectory = current_trajectory()
+        if trajectory is None:
+            raise SetupError("rollout_base_url() is for inside a rollout; call it within `async with art.rollout():`")
+        base_url, api_key = self.endpoint()
+        if not base_url.rstrip("/").endswith("/v1"):
+            raise SetupError(f"{base_url} is not an art-agents server's /v1 URL, so it has no rollout-scoped URLs")
+        return await open_scoped(trajectory, base_url.rstrip("/").removesuffix("/v1"), api_key)
+
     def endpoint(self) -> tuple[str, str]:
         """(base URL, API key) of the model's OpenAI-compatible server, for clients built elsewhere."""
         if self.inference_base_url is None:

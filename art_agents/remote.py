@@ -54,11 +54,14 @@ class RemoteBackend:
     def __init__(self, base_url: str, api_key: str | None = None, *, timeout: float = 600.0) -> None:
         import httpx  # lazy: httpx pulls in rich and click at import, too slow for `import art_agents`
 
+        from art_agents.server_capture import remember_server
+
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
         self._models: dict[str, RegisteredModel] = {}  # registered here: their reporters flush at close()
+        remember_server(self.base_url, api_key)  # any client's calls to it inside a rollout are captured
 
     async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         import httpx

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
@@ -14,6 +14,9 @@ from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 API_PREFIX = "/v1/art"
 ROLLOUT_HEADER = "x-art-rollout-id"  # names the trajectory a completion belongs to
+# asks the server to keep the call (messages, reply, tools) for the rollout's assembly, not only its tokens
+ROLLOUT_RECORD_HEADER = "x-art-rollout-record"
+ROLLOUT_PATH = "/r"  # `<server>/r/<rollout id>/v1`: a base URL that records every call for that rollout
 _STEP_SUFFIX = re.compile(r"@(\d+)\Z")
 
 
@@ -216,3 +219,27 @@ class TrainSFTEvent(TrainEvent):
     """One NDJSON line of a train_sft response."""
 
     result: TrainSFTResult | None = None  # type: ignore[assignment]
+
+
+class RolloutCall(Schema):
+    """One model call the server answered for a rollout, in chat form whatever protocol it came in."""
+
+    protocol: Literal["chat", "responses", "messages", "completions"]
+    messages: list[dict[str, Any]]
+    message: dict[str, Any]
+    tools: list[dict[str, Any]] | None = None
+    completion_id: str
+    model: str
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    latency_s: float = 0.0
+
+
+class RolloutRecord(Schema):
+    """What the server holds for a rollout id: the calls it answered (kept when asked for) and whether the
+    rollout-scoped URL is open."""
+
+    id: str
+    completions: int
+    open: bool = False
+    calls: list[RolloutCall] = Field(default_factory=list)

@@ -116,13 +116,14 @@ class GraphRollout:
         self._token = active_handler.set(self.handler)
         return trajectory
 
-    def _close(self, exc_type: Any, exc: BaseException | None, tb: Any) -> bool:
-        """Close the scope; True when the call check should run."""
+    def _detach(self) -> None:
         if self._token is not None:
             active_handler.reset(self._token)
             self._token = None
         self.handler.flush_tool_results()
-        self._rollout.__exit__(exc_type, exc, tb)  # raises RolloutFailed for an exception
+
+    def _should_check(self, exc: BaseException | None) -> bool:
+        """True when the call check should run (the scope closed without an exception)."""
         if exc is not None or not self.check_calls or not self._base_urls():
             return False
         # only art-agents servers count rollouts; skip the request when other providers answered every call
@@ -130,14 +131,18 @@ class GraphRollout:
         return not turns or any(turn.policy_step is not None for turn in turns)
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if self._close(exc_type, exc, tb):
+        self._detach()
+        self._rollout.__exit__(exc_type, exc, tb)  # raises RolloutFailed for an exception
+        if self._should_check(exc):
             self._compare(call_check.served(self._base_urls(), self.trajectory.id, self._api_key()))
 
     async def __aenter__(self) -> Trajectory:
         return self.__enter__()
 
     async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if self._close(exc_type, exc, tb):
+        self._detach()
+        await self._rollout.__aexit__(exc_type, exc, tb)
+        if self._should_check(exc):
             self._compare(await call_check.served_async(self._base_urls(), self.trajectory.id, self._api_key()))
 
     def __call__(self, func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Trajectory]]:

@@ -7,20 +7,21 @@ so training can later use exactly the sampled tokens and their sampler logprobs.
 from __future__ import annotations
 
 import asyncio
-import collections
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from art_agents.server.chat_format import oversized, parse_assistant, render_prompt_ids
 from art_agents.server.engines.protocol import EngineBusy, OlderStep, Sample, SamplingParams, TokenCallback
 from art_agents.server.engines.stream_text import IncrementalText
 from art_agents.server.errors import ServiceError
+from art_agents.server.rollout_log import RolloutLog
 from art_agents.server.served_model import ServedModel
 from art_agents.server.storage.token_store import TokenRecord
+from art_agents.wire import RolloutCall
 
 Completed = tuple[dict[str, Any], list[Sample]]
 Spawn = Callable[[Coroutine[Any, Any, Completed]], "asyncio.Task[Completed]"]
@@ -37,23 +38,7 @@ class StreamDelta:
 
 
 StreamItem = StreamDelta | Completed
-
-
-class RolloutCounts:
-    """Completions served per rollout id (header `x-art-rollout-id`), kept for the `limit` most recent
-    rollouts: a long-running server forgets old ones instead of growing without bound."""
-
-    def __init__(self, limit: int = 100_000) -> None:
-        self.limit = limit
-        self._counts: collections.OrderedDict[str, int] = collections.OrderedDict()
-
-    def add(self, rollout_id: str) -> None:
-        self._counts[rollout_id] = self._counts.pop(rollout_id, 0) + 1
-        if len(self._counts) > self.limit:
-            self._counts.popitem(last=False)
-
-    def get(self, rollout_id: str) -> int:
-        return self._counts.get(rollout_id, 0)
+Protocol = Literal["chat", "responses", "messages", "completions"]
 
 
 @dataclass
@@ -68,6 +53,9 @@ class ChatPlan:
     rollout_id: str | None
     older: OlderStep | None = None
     cancel: threading.Event = field(default_factory=threading.Event)
+    messages: list[dict[str, Any]] = field(default_factory=list)  # the request in chat form, for the rollout log
+    protocol: Protocol = "chat"
+    started: float = field(default_factory=time.perf_counter)
 
     @property
     def served_as(self) -> str:
@@ -121,10 +109,11 @@ def plan_chat(
             f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the model's context "
             f"of {limit} tokens; shorten the conversation or lower max_tokens",
         )
-    return ChatPlan(served, prompt_ids, params, tools, f"chatcmpl-{uuid.uuid4().hex}", rollout_id, older)
+    completion_id = f"chatcmpl-{uuid.uuid4().hex}"
+    return ChatPlan(served, prompt_ids, params, tools, completion_id, rollout_id, older, messages=body["messages"])
 
 
-async def stream_completion(plan: ChatPlan, rollouts: RolloutCounts, spawn: Spawn) -> AsyncIterator[StreamItem]:
+async def stream_completion(plan: ChatPlan, rollouts: RolloutLog, spawn: Spawn) -> AsyncIterator[StreamItem]:
     """`StreamDelta`s as tokens are sampled, then the recorded `(response, samples)`.
 
     Content is streamed as it is generated, minus any tail that could still turn into a stop
@@ -153,7 +142,7 @@ async def stream_completion(plan: ChatPlan, rollouts: RolloutCounts, spawn: Spaw
             plan.cancel.set()
 
 
-async def complete(plan: ChatPlan, rollouts: RolloutCounts, on_token: TokenCallback | None = None) -> Completed:
+async def complete(plan: ChatPlan, rollouts: RolloutLog, on_token: TokenCallback | None = None) -> Completed:
     """Generate, record every choice in the token store, count the rollout's call, build the response."""
     served = plan.served
     try:
@@ -177,21 +166,36 @@ async def complete(plan: ChatPlan, rollouts: RolloutCounts, on_token: TokenCallb
         for cid, s in zip(ids, samples, strict=True)
     ]
     await asyncio.to_thread(served.store.add_many, records)  # on disk before the id is complete anywhere
-    if plan.rollout_id:
-        rollouts.add(plan.rollout_id)
     choices = [_choice(plan, index, cid, sample) for index, (cid, sample) in enumerate(zip(ids, samples, strict=True))]
     completion_tokens = sum(len(s.token_ids) for s in samples)
+    usage = {
+        "prompt_tokens": len(plan.prompt_ids),
+        "completion_tokens": completion_tokens,
+        "total_tokens": len(plan.prompt_ids) + completion_tokens,
+    }
+    model = f"{served.info.name}@{samples[0].step}"
+    if plan.rollout_id and rollouts.keeps(plan.rollout_id):
+        call = RolloutCall(
+            protocol=plan.protocol,
+            messages=plan.messages,
+            message=choices[0]["message"],
+            tools=plan.tools,
+            completion_id=plan.completion_id,
+            model=model,
+            finish_reason=choices[0]["finish_reason"],
+            usage=usage,
+            latency_s=time.perf_counter() - plan.started,
+        )
+        rollouts.add(plan.rollout_id, call)
+    elif plan.rollout_id:
+        rollouts.add(plan.rollout_id)
     response = {
         "id": plan.completion_id,
         "object": "chat.completion",
         "created": int(time.time()),
-        "model": f"{served.info.name}@{samples[0].step}",
+        "model": model,
         "choices": choices,
-        "usage": {
-            "prompt_tokens": len(plan.prompt_ids),
-            "completion_tokens": completion_tokens,
-            "total_tokens": len(plan.prompt_ids) + completion_tokens,
-        },
+        "usage": usage,
     }
     return response, samples
 

@@ -15,10 +15,19 @@ from typing import Any, TypeVar
 
 from art_agents.jsonl import read_history
 from art_agents.server.checkpoint_fork import fork_checkpoint
-from art_agents.server.completions import RolloutCounts, StreamItem, complete, plan_chat, stream_completion
+from art_agents.server.completions import (
+    ChatPlan,
+    Completed,
+    Protocol,
+    StreamItem,
+    complete,
+    plan_chat,
+    stream_completion,
+)
 from art_agents.server.engines.protocol import OlderStep
 from art_agents.server.errors import ServiceError
 from art_agents.server.model_sources import ModelSources
+from art_agents.server.rollout_log import RolloutLog
 from art_agents.server.served_model import ServedModel, check_name, open_served_model
 from art_agents.server.storage import checkpoints
 from art_agents.server.train_steps import record_log, sft_events, train_events
@@ -54,7 +63,7 @@ class ArtService:
         self.test_engines = test_engines
         self.sources = sources or ModelSources()
         self.models: dict[str, ServedModel] = {}
-        self.rollouts = RolloutCounts()
+        self.rollouts = RolloutLog()
         self._register_lock = asyncio.Lock()
         self._background: set[asyncio.Task[Any]] = set()  # work that must outlive a closed response stream
 
@@ -189,28 +198,46 @@ class ArtService:
 
     # --- chat completions and training ----------------------------------------------------
 
-    async def chat(
-        self, body: dict[str, Any], rollout_id: str | None, cancel: threading.Event | None = None
-    ) -> dict[str, Any]:
-        """Generate, record every choice in the token store, and build the OpenAI response.
+    async def plan_chat(
+        self, body: dict[str, Any], rollout_id: str | None, *, protocol: Protocol = "chat", record: bool = False
+    ) -> ChatPlan:
+        """A chat request (any protocol's, in chat form) checked and rendered; refusals raise `ServiceError`.
+
+        `record`: keep the call itself for the rollout's assembly (see rollout_log.py), not only its count.
+        """
+        served, older = self.resolve(body["model"])
+        plan = await asyncio.to_thread(plan_chat, served, body, rollout_id, older)
+        plan.protocol = protocol
+        if record and rollout_id:
+            self.rollouts.start_keeping(rollout_id)
+        return plan
+
+    async def run(self, plan: ChatPlan, cancel: threading.Event | None = None) -> Completed:
+        """Generate, record every choice in the token store, and build the OpenAI chat response.
 
         Setting `cancel` (the client went away) ends the generation at the next token.
         """
-        served, older = self.resolve(body["model"])
-        plan = await asyncio.to_thread(plan_chat, served, body, rollout_id, older)
         if cancel is not None:
             plan.cancel = cancel
-        response, _ = await complete(plan, self.rollouts)
+        return await complete(plan, self.rollouts)
+
+    def run_stream(self, plan: ChatPlan) -> AsyncIterator[StreamItem]:
+        """`StreamDelta`s as tokens are sampled, then the recorded `(response, samples)`."""
+        return stream_completion(plan, self.rollouts, self._spawn)
+
+    async def chat(
+        self, body: dict[str, Any], rollout_id: str | None, cancel: threading.Event | None = None, record: bool = False
+    ) -> dict[str, Any]:
+        """An OpenAI chat completion for `body`."""
+        response, _ = await self.run(await self.plan_chat(body, rollout_id, record=record), cancel)
         return response
 
-    async def chat_stream(self, body: dict[str, Any], rollout_id: str | None) -> AsyncIterator[StreamItem]:
-        """`StreamDelta`s as tokens are sampled, then the recorded `(response, samples)`.
-
-        Refusals raise before the first item.
-        """
-        served, older = self.resolve(body["model"])
-        plan = await asyncio.to_thread(plan_chat, served, body, rollout_id, older)
-        async for item in stream_completion(plan, self.rollouts, self._spawn):
+    async def chat_stream(
+        self, body: dict[str, Any], rollout_id: str | None, record: bool = False
+    ) -> AsyncIterator[StreamItem]:
+        """As `run_stream`; refusals raise before the first item."""
+        plan = await self.plan_chat(body, rollout_id, record=record)
+        async for item in self.run_stream(plan):
             yield item
 
     def train(self, name: str, request: TrainRequest) -> AsyncIterator[TrainEvent]:

@@ -135,7 +135,7 @@ def test_models_route_and_rollout_counting(base_url: str, client: openai.OpenAI)
         client.chat.completions.create(
             model="tiny@0", messages=MESSAGES, max_tokens=2, extra_headers={"x-art-rollout-id": "rollout-42"}
         )
-    assert httpx.get(f"{base_url}/v1/art/rollouts/rollout-42").json() == {"completions": 2}
+    assert httpx.get(f"{base_url}/v1/art/rollouts/rollout-42").json()["completions"] == 2
     assert httpx.get(f"{base_url}/v1/art/rollouts/never-seen").json() == {"completions": 0}
 
 

@@ -1,8 +1,10 @@
 """The HTTP face of the server: the app, its guards and error handling, and the two route families
-(OpenAI-compatible in openai_routes.py, the versioned /v1/art routes in art_routes.py).
+(OpenAI chat in openai_routes.py; the Responses API, Anthropic Messages and legacy Completions in routers of
+their own over server/formats/; the versioned /v1/art routes in art_routes.py), and rollout-scoped URLs.
 
-Every refusal is a JSON `{"detail": ...}` with a 4xx status that says what to fix; a traceback
-never reaches a client. With an API key set, every route but /health needs `Authorization: Bearer`.
+Every refusal is JSON with a 4xx status that says what to fix (`{"detail": ...}`, or the protocol's own error
+shape); a traceback never reaches a client. With an API key set, every route but /health needs
+`Authorization: Bearer <key>` (or Anthropic's `x-api-key: <key>`).
 """
 
 from __future__ import annotations
@@ -23,9 +25,14 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from art_agents import wire
 from art_agents.server.errors import ServiceError, describe, disk_full
+from art_agents.server.formats.errors import error_response, shape_of
 from art_agents.server.http.art_routes import art_routes
 from art_agents.server.http.guards import DEFAULT_MAX_BODY_BYTES, LOOPBACK_HOSTS, BodyLimit, RequireKey
+from art_agents.server.http.messages_routes import messages_routes
 from art_agents.server.http.openai_routes import openai_routes
+from art_agents.server.http.responses_routes import responses_routes
+from art_agents.server.http.rollout_scope import RolloutScope
+from art_agents.server.http.text_completion_routes import text_completion_routes
 from art_agents.server.model_sources import ModelSources
 from art_agents.server.service import ArtService
 
@@ -62,6 +69,7 @@ def create_app(
 
     # Starlette runs the last middleware added first: the key (or, without one, the Host check) and
     # then the body limit, so an unauthenticated request is refused before its body is read.
+    app.add_middleware(RolloutScope, rollouts=service.rollouts)
     app.add_middleware(BodyLimit, limit=max_body_bytes)
 
     if api_key:
@@ -71,12 +79,12 @@ def create_app(
 
     @app.exception_handler(ServiceError)
     async def service_error(request: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse({"detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+        return _refusal(request, exc.status, exc.detail, exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         problems = [f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg', '')}" for e in exc.errors()]
-        return JSONResponse({"detail": "invalid request: " + "; ".join(problems)}, status_code=400)
+        return _refusal(request, 400, "invalid request: " + "; ".join(problems))
 
     @app.exception_handler(Exception)
     async def unexpected_error(request: Request, exc: Exception) -> JSONResponse:
@@ -95,5 +103,16 @@ def create_app(
         return {"status": "ok", "models": {name: m.step for name, m in service.models.items()}}
 
     app.include_router(openai_routes(service))
+    app.include_router(responses_routes(service))
+    app.include_router(messages_routes(service))
+    app.include_router(text_completion_routes(service))
     app.include_router(art_routes(service))
     return app
+
+
+def _refusal(request: Request, status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """`{"detail": ...}` on our own routes; the protocol's error shape on the Responses, Messages and Completions ones."""
+    shape = shape_of(request.url.path)
+    if shape is None:
+        return JSONResponse({"detail": detail}, status_code=status, headers=headers)
+    return error_response(shape, status, detail, headers=headers)

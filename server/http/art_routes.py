@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from art_agents import wire
+from art_agents.server.served_model import check_name
 from art_agents.server.service import ArtService
 
 
@@ -51,8 +52,20 @@ def art_routes(service: ArtService) -> APIRouter:
         return await _ndjson(service.train_sft(name, body))
 
     @router.get("/rollouts/{rollout_id}")
-    async def rollout_calls(rollout_id: str) -> dict[str, int]:
-        return {"completions": service.rollouts.get(rollout_id)}
+    async def rollout_calls(rollout_id: str) -> wire.RolloutRecord:
+        """How many completions the rollout was answered, and the calls kept for its assembly."""
+        return service.rollouts.record(rollout_id)
+
+    @router.post("/rollouts/{rollout_id}/open")
+    async def open_rollout(rollout_id: str) -> wire.RolloutRecord:
+        """Open `/r/<rollout_id>/v1` for an agent in another process; every call through it is kept."""
+        check_name(rollout_id, "rollout id")
+        return service.rollouts.open(rollout_id)
+
+    @router.post("/rollouts/{rollout_id}/finish")
+    async def finish_rollout(rollout_id: str) -> wire.RolloutRecord:
+        """Close the rollout's URL and hand over its kept calls (the server forgets them)."""
+        return service.rollouts.finish(rollout_id)
 
     return router
 

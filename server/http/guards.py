@@ -47,20 +47,22 @@ class BodyLimit:
 
 
 class RequireKey:
-    """`Authorization: Bearer <key>` on every route but /health, compared in constant time.
+    """`Authorization: Bearer <key>` (or Anthropic's `x-api-key: <key>`) on every route but /health, compared in
+    constant time.
 
     Plain ASGI (not BaseHTTPMiddleware), so the routes still see a client that disconnects.
     """
 
     def __init__(self, app: ASGIApp, key: str) -> None:
-        self.app, self.expected = app, f"Bearer {key}".encode()
+        self.app, self.expected, self.key = app, f"Bearer {key}".encode(), key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] != "/health":
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not secrets.compare_digest(given, self.expected):
+            headers = dict(scope["headers"])
+            bearer = secrets.compare_digest(headers.get(b"authorization", b""), self.expected)
+            if not bearer and not secrets.compare_digest(headers.get(b"x-api-key", b""), self.key):
                 refusal = JSONResponse(
-                    {"detail": "missing or wrong API key; send 'Authorization: Bearer <key>'"}, status_code=401
+                    {"detail": "missing or wrong API key; send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"}, status_code=401
                 )
                 await refusal(scope, receive, send)
                 return

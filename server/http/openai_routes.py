@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from art_agents.server.completions import StreamDelta, StreamItem
 from art_agents.server.errors import describe
 from art_agents.server.service import ArtService
-from art_agents.wire import ROLLOUT_HEADER
+from art_agents.wire import ROLLOUT_HEADER, ROLLOUT_RECORD_HEADER
 
 # Fields that would change what is sampled or its format, which this server cannot honour: refused by
 # name unless given their neutral value, instead of being silently ignored.
@@ -101,16 +101,18 @@ def openai_routes(service: ArtService) -> APIRouter:
         body: ChatCompletionRequest,
         http: Request,
         x_art_rollout_id: str | None = Header(None, alias=ROLLOUT_HEADER),
+        x_art_rollout_record: str | None = Header(None, alias=ROLLOUT_RECORD_HEADER),
     ) -> Any:
         request = body.model_dump(exclude_none=True)
+        record = bool(x_art_rollout_record)
         if not body.stream:
             cancel = threading.Event()  # a client that hangs up stops its generation at the next token
-            watcher = asyncio.create_task(_watch_disconnect(http, cancel))
+            watcher = asyncio.create_task(watch_disconnect(http, cancel))
             try:
-                return await service.chat(request, x_art_rollout_id, cancel)
+                return await service.chat(request, x_art_rollout_id, cancel, record)
             finally:
                 watcher.cancel()
-        items = service.chat_stream(request, x_art_rollout_id)
+        items = service.chat_stream(request, x_art_rollout_id, record)
         first = await anext(items)  # refusals raise here, before any 200 is sent
         include_usage = bool((body.stream_options or {}).get("include_usage"))
         return StreamingResponse(_sse(first, items, include_usage), media_type="text/event-stream")
@@ -118,7 +120,7 @@ def openai_routes(service: ArtService) -> APIRouter:
     return router
 
 
-async def _watch_disconnect(request: Request, cancel: threading.Event, every_s: float = 0.25) -> None:
+async def watch_disconnect(request: Request, cancel: threading.Event, every_s: float = 0.25) -> None:
     while not await request.is_disconnected():
         await asyncio.sleep(every_s)
     cancel.set()

@@ -1,0 +1,11 @@
+"""Placeholder router (filled in by the protocol's module)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from art_agents.server.service import ArtService
+
+
+def messages_routes(service: ArtService) -> APIRouter:
+    return APIRouter()
