@@ -136,7 +136,7 @@ def test_models_route_and_rollout_counting(base_url: str, client: openai.OpenAI)
             model="tiny@0", messages=MESSAGES, max_tokens=2, extra_headers={"x-art-rollout-id": "rollout-42"}
         )
     assert httpx.get(f"{base_url}/v1/art/rollouts/rollout-42").json()["completions"] == 2
-    assert httpx.get(f"{base_url}/v1/art/rollouts/never-seen").json() == {"completions": 0}
+    assert httpx.get(f"{base_url}/v1/art/rollouts/never-seen").json()["completions"] == 0
 
 
 def test_fresh_server_fixture_is_healthy_and_empty(server_url: str) -> None:
