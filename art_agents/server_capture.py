@@ -76,7 +76,7 @@ def _tag(url: str, headers: Any) -> None:
 
 def servers_of(trajectory: Trajectory) -> set[str]:
     """The servers that hold calls of this trajectory to assemble when its rollout ends."""
-    return trajectory._servers  # noqa: SLF001 (a private attribute the trajectory carries for this module)
+    return trajectory._servers  # private: carried for this module only
 
 
 def install_hooks() -> None:
@@ -134,7 +134,7 @@ def _hook_requests() -> None:
 def _hook_aiohttp() -> None:
     import aiohttp
 
-    original = aiohttp.ClientSession._request  # noqa: SLF001 (every request method goes through it)
+    original = aiohttp.ClientSession._request  # every request method goes through it
 
     @functools.wraps(original)
     async def request(self: aiohttp.ClientSession, method: str, url: Any, **kwargs: Any) -> Any:
@@ -146,7 +146,7 @@ def _hook_aiohttp() -> None:
             kwargs["headers"] = headers
         return await original(self, method, url, **kwargs)
 
-    aiohttp.ClientSession._request = request  # type: ignore[method-assign]  # noqa: SLF001
+    aiohttp.ClientSession._request = request  # type: ignore[method-assign]
 
 
 def _finish_request(trajectory: Trajectory, base: str) -> tuple[str, dict[str, str]]:

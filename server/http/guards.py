@@ -62,7 +62,8 @@ class RequireKey:
             bearer = secrets.compare_digest(headers.get(b"authorization", b""), self.expected)
             if not bearer and not secrets.compare_digest(headers.get(b"x-api-key", b""), self.key):
                 refusal = JSONResponse(
-                    {"detail": "missing or wrong API key; send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"}, status_code=401
+                    {"detail": "missing or wrong API key; send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"},
+                    status_code=401,
                 )
                 await refusal(scope, receive, send)
                 return

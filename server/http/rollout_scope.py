@@ -32,7 +32,9 @@ class RolloutScope:
         match = _SCOPED.match(scope["path"])
         if match is None or not match.group(2).startswith(_INFERENCE):
             refusal = JSONResponse(
-                {"detail": f"{scope['path']} is not a model route; a rollout-scoped URL serves {', '.join(_INFERENCE)}"},
+                {
+                    "detail": f"{scope['path']} is not a model route; a rollout-scoped URL serves {', '.join(_INFERENCE)}"
+                },
                 status_code=404,
             )
             await refusal(scope, receive, send)
