@@ -183,6 +183,10 @@ def record_completion(
     )
     if completion_id is not None and any(t.completion_id == completion_id for t in trajectory.turns):
         return None  # seen through two paths (transport and callback): record once
+    if completion_id is not None and (known := _unidentified(trajectory, request, response)) is not None:
+        # recorded already without its id (LangChain drops it from streams): the server's copy names it
+        known.completion_id, known.model, known.policy_step = completion_id, model, policy_step_of(model)
+        return None
     history = _history_for(trajectory, request, tools)
     messages = [*request, response]
     if history == 0:
@@ -253,6 +257,17 @@ def record_tool_result(
     if any(m.role == "tool" and m.tool_call_id == tool_call_id for m in messages):
         return
     messages.append(ChatMessage(role="tool", content=content, tool_call_id=tool_call_id, name=name))
+
+
+def _unidentified(trajectory: Trajectory, request: list[ChatMessage], response: ChatMessage) -> Turn | None:
+    """A turn recorded without a completion id whose request and response are these."""
+    for turn in trajectory.turns:
+        if turn.completion_id is not None or turn.index != len(request):
+            continue
+        messages = trajectory.history_messages(turn.history)
+        if len(messages) > turn.index and messages[turn.index].same_as(response) and _is_prefix(request, messages):
+            return turn
+    return None
 
 
 def _history_for(trajectory: Trajectory, request: list[ChatMessage], tools: list[dict[str, Any]] | None) -> int:

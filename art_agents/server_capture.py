@@ -80,10 +80,12 @@ def servers_of(trajectory: Trajectory) -> set[str]:
 
 
 def install_hooks() -> None:
-    """Hook httpx now, and requests and aiohttp once they are imported (called again at each rollout's start)."""
-    if "httpx" not in _hooked:
-        _hooked.add("httpx")
-        _hook_httpx()
+    """Hook httpx now, and httpx2 (the openai SDK's own client since openai 3), requests and aiohttp once they are
+    imported (called again at each rollout's start)."""
+    for name in ("httpx", "httpx2"):
+        if name not in _hooked and name in sys.modules:
+            _hooked.add(name)
+            _hook_httpx(sys.modules[name])
     if "requests" not in _hooked and "requests" in sys.modules:
         _hooked.add("requests")
         _hook_requests()
@@ -92,29 +94,33 @@ def install_hooks() -> None:
         _hook_aiohttp()
 
 
-def _captures_itself(client: httpx.Client | httpx.AsyncClient) -> bool:
-    from art_agents.transport import CaptureAsyncTransport, CaptureTransport
+def _captures_itself(client: httpx.Client | httpx.AsyncClient, request: httpx.Request) -> bool:
+    """Whether the client's own transport records this request (chat completions only; other protocols are
+    captured here)."""
+    from art_agents.transport import CaptureAsyncTransport, CaptureTransport, _is_chat_completion
 
-    return isinstance(getattr(client, "_transport", None), CaptureTransport | CaptureAsyncTransport)
+    own = isinstance(getattr(client, "_transport", None), CaptureTransport | CaptureAsyncTransport)
+    return own and _is_chat_completion(request)
 
 
-def _hook_httpx() -> None:
-    sync_send, async_send = httpx.Client.send, httpx.AsyncClient.send
+def _hook_httpx(module: Any) -> None:
+    """Hook `module`'s clients: httpx, or httpx2, its fork with the same API."""
+    sync_send, async_send = module.Client.send, module.AsyncClient.send
 
     @functools.wraps(sync_send)
     def send(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        if _servers and not _captures_itself(self):
+        if _servers and not _captures_itself(self, request):
             _tag(str(request.url), request.headers)
         return sync_send(self, request, **kwargs)
 
     @functools.wraps(async_send)
     async def asend(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        if _servers and not _captures_itself(self):
+        if _servers and not _captures_itself(self, request):
             _tag(str(request.url), request.headers)
         return await async_send(self, request, **kwargs)
 
-    httpx.Client.send = send  # type: ignore[method-assign]
-    httpx.AsyncClient.send = asend  # type: ignore[method-assign]
+    module.Client.send = send
+    module.AsyncClient.send = asend
 
 
 def _hook_requests() -> None:

@@ -72,17 +72,7 @@ def plan_chat(
     Cheap checks come before the chat template and the tokenizer, and callers run this in a worker
     thread: a huge request is refused at once and never holds the event loop.
     """
-    config = served.info.config
-    params = SamplingParams(
-        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens") or config.default_max_tokens,
-        n=body.get("n") or 1,
-        temperature=1.0 if body.get("temperature") is None else body["temperature"],
-        top_p=1.0 if body.get("top_p") is None else body["top_p"],
-        stop=[body["stop"]] if isinstance(body.get("stop"), str) else list(body.get("stop") or []),
-        seed=body.get("seed"),
-    )
-    if params.n > config.max_batch_size:
-        raise ServiceError(400, f"n={params.n} exceeds this model's max_batch_size ({config.max_batch_size})")
+    params = sampling_params(served, body)
     limit = served.context_tokens
     tokenizer = served.engine.tokenizer
     if (size := oversized(body["messages"], limit, served.engine.longest_token_bytes)) is not None:
@@ -103,14 +93,36 @@ def plan_chat(
                 "tokenizer one (chat_template.jinja beside tokenizer_config.json), e.g. its instruct model's",
             ) from exc
         raise ServiceError(400, f"the chat template could not render these messages: {exc}") from exc
-    if limit is not None and len(prompt_ids) + params.max_tokens > limit:
-        raise ServiceError(
-            400,
-            f"prompt ({len(prompt_ids)} tokens) + max_tokens ({params.max_tokens}) exceeds the model's context "
-            f"of {limit} tokens; shorten the conversation or lower max_tokens",
-        )
+    check_fits(served, len(prompt_ids), params.max_tokens, "the conversation")
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     return ChatPlan(served, prompt_ids, params, tools, completion_id, rollout_id, older, messages=body["messages"])
+
+
+def sampling_params(served: ServedModel, body: dict[str, Any]) -> SamplingParams:
+    """The sampling fields every protocol shares, with the model's defaults; `n` is bounded by its batch size."""
+    config = served.info.config
+    params = SamplingParams(
+        max_tokens=body.get("max_completion_tokens") or body.get("max_tokens") or config.default_max_tokens,
+        n=body.get("n") or 1,
+        temperature=1.0 if body.get("temperature") is None else body["temperature"],
+        top_p=1.0 if body.get("top_p") is None else body["top_p"],
+        stop=[body["stop"]] if isinstance(body.get("stop"), str) else list(body.get("stop") or []),
+        seed=body.get("seed"),
+    )
+    if params.n > config.max_batch_size:
+        raise ServiceError(400, f"n={params.n} exceeds this model's max_batch_size ({config.max_batch_size})")
+    return params
+
+
+def check_fits(served: ServedModel, prompt_tokens: int, max_tokens: int, shorten: str) -> None:
+    """Refuse a prompt that leaves no room for `max_tokens` in the model's context; `shorten` names what to cut."""
+    limit = served.context_tokens
+    if limit is not None and prompt_tokens + max_tokens > limit:
+        raise ServiceError(
+            400,
+            f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the model's context "
+            f"of {limit} tokens; shorten {shorten} or lower max_tokens",
+        )
 
 
 async def stream_completion(plan: ChatPlan, rollouts: RolloutLog, spawn: Spawn) -> AsyncIterator[StreamItem]:

@@ -7,6 +7,8 @@ import secrets
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from art_agents.server.formats.errors import error_response, shape_of
+
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 
@@ -61,9 +63,10 @@ class RequireKey:
             headers = dict(scope["headers"])
             bearer = secrets.compare_digest(headers.get(b"authorization", b""), self.expected)
             if not bearer and not secrets.compare_digest(headers.get(b"x-api-key", b""), self.key):
-                refusal = JSONResponse(
-                    {"detail": "missing or wrong API key; send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"},
-                    status_code=401,
+                message = "missing or wrong API key; send 'Authorization: Bearer <key>' or 'x-api-key: <key>'"
+                shape = shape_of(scope["path"])
+                refusal = (
+                    JSONResponse({"detail": message}, 401) if shape is None else error_response(shape, 401, message)
                 )
                 await refusal(scope, receive, send)
                 return
