@@ -168,6 +168,7 @@ def record_completion(
     usage: dict[str, Any] | None = None,
     span: str | None = None,
     trajectory: Trajectory | None = None,
+    started_at: float | None = None,
 ) -> Turn | None:
     """Append one model call to the current trajectory; a no-op outside a rollout.
 
@@ -203,7 +204,7 @@ def record_completion(
         policy_step=policy_step_of(model),
         span=span if span is not None else _span.get(),
         latency_s=latency_s,
-        started_at=time.time() - latency_s,
+        started_at=started_at if started_at is not None else time.time() - latency_s,
         finish_reason=finish_reason,
         usage=usage,
     )

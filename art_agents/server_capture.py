@@ -173,6 +173,7 @@ def assemble(trajectory: Trajectory, base: str, record: RolloutRecord) -> None:
             finish_reason=call.finish_reason,
             usage=call.usage,
             trajectory=trajectory,
+            started_at=call.started_at,
         )
 
 

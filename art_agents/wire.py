@@ -233,6 +233,7 @@ class RolloutCall(Schema):
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     latency_s: float = 0.0
+    started_at: float | None = None  # the server's clock, when the request was planned
 
 
 class RolloutRecord(Schema):

@@ -56,6 +56,7 @@ class ChatPlan:
     messages: list[dict[str, Any]] = field(default_factory=list)  # the request in chat form, for the rollout log
     protocol: Protocol = "chat"
     started: float = field(default_factory=time.perf_counter)
+    started_at: float = field(default_factory=time.time)
 
     @property
     def served_as(self) -> str:
@@ -197,6 +198,7 @@ async def complete(plan: ChatPlan, rollouts: RolloutLog, on_token: TokenCallback
             finish_reason=choices[0]["finish_reason"],
             usage=usage,
             latency_s=time.perf_counter() - plan.started,
+            started_at=plan.started_at,
         )
         rollouts.add(plan.rollout_id, call)
     elif plan.rollout_id:

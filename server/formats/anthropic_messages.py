@@ -18,9 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from art_agents.server.chat_format import hermes_call
 from art_agents.server.completions import ChatPlan, Completed, StreamDelta, StreamItem
 from art_agents.server.errors import ServiceError, describe
+from art_agents.server.formats.refusals import Refusals, refuse_unless_neutral
 
 # Top-level fields that would change what is sampled or its format: refused by name unless neutral.
-UNSUPPORTED: dict[str, tuple[tuple[Any, ...], str]] = {
+UNSUPPORTED: Refusals = {
     "top_k": ((None,), "sampling is temperature and top_p only"),
     "output_config": ((None, {}), "output is not constrained to a format or an effort level"),
     "mcp_servers": ((None, []), "this server connects to no MCP servers"),
@@ -52,13 +53,7 @@ class MessagesRequest(BaseModel):
 
     @model_validator(mode="after")
     def _honourable(self) -> MessagesRequest:
-        extra = self.model_extra or {}
-        for name, (neutral, why) in UNSUPPORTED.items():
-            value = extra.get(name)
-            if isinstance(value, dict):  # `{"effort": null}` asks for nothing
-                value = {key: item for key, item in value.items() if item is not None}
-            if value not in neutral:
-                raise ValueError(f"{name}={extra[name]!r} is not supported by this server ({why}); leave it out")
+        refuse_unless_neutral(self.model_extra or {}, UNSUPPORTED)
         choice = (self.tool_choice or {}).get("type", "auto")
         if choice not in ("auto", "none"):
             raise ValueError(

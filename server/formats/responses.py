@@ -25,13 +25,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from art_agents.server.completions import ChatPlan, StreamDelta, StreamItem
 from art_agents.server.errors import ServiceError, describe
-from art_agents.server.http.openai_routes import UNSUPPORTED
+from art_agents.server.formats.chat import UNSUPPORTED
+from art_agents.server.formats.refusals import Refusals, refuse_forced_tool, refuse_unless_neutral
 
 LOGPROBS = "message.output_text.logprobs"
 
 # Responses fields refused by name unless given their neutral value (None is neutral for all), on top of the
 # sampling fields the chat route refuses. A field in neither table nor HARMLESS is refused as unknown.
-REFUSED: dict[str, tuple[tuple[Any, ...], str]] = {
+REFUSED: Refusals = {
     **UNSUPPORTED,
     "background": ((False,), "a response is generated while its request waits"),
     "background_options": (({},), "a response is generated while its request waits"),
@@ -73,14 +74,13 @@ class ResponsesRequest(BaseModel):
 
     @model_validator(mode="after")
     def _honourable(self) -> ResponsesRequest:
-        for name, value in (self.model_extra or {}).items():
-            neutral, why = REFUSED.get(name, ((), "it is not a Responses API field this server knows"))
-            if name not in HARMLESS and value is not None and value not in neutral:
-                raise ValueError(f"{name}={value!r} is not supported by this server ({why}); leave it out")
-        if self.tool_choice not in (None, "auto", "none"):
-            raise ValueError(
-                f"tool_choice={self.tool_choice!r} is not supported: the server cannot force a tool call; use 'auto'"
-            )
+        refuse_unless_neutral(
+            self.model_extra or {},
+            REFUSED,
+            unknown="it is not a Responses API field this server knows",
+            accepted=HARMLESS,
+        )
+        refuse_forced_tool(self.tool_choice)
         for value in self.include or []:
             if value != LOGPROBS:
                 raise ValueError(

@@ -15,14 +15,61 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from art_agents.server.completions import ChatPlan, StreamDelta, StreamItem, check_fits, sampling_params
 from art_agents.server.engines.protocol import OlderStep
 from art_agents.server.errors import ServiceError, describe
+from art_agents.server.formats.chat import UNSUPPORTED
+from art_agents.server.formats.refusals import Refusals, refuse_unless_neutral
 from art_agents.server.served_model import ServedModel
 
 Prompt = str | list[int]
+
+
+# The completion fields beyond the chat ones that change what is returned, refused unless neutral.
+_UNSUPPORTED: Refusals = {
+    **UNSUPPORTED,
+    "echo": ((None, False), "the prompt is not returned with the completion; prepend it yourself"),
+    "suffix": ((None, ""), "text after the completion (insertion) is not supported"),
+}
+
+Stop = Annotated[str, StringConstraints(max_length=256)]
+
+
+class TextCompletionRequest(BaseModel):
+    """The legacy completion fields this server honours; limits as on the chat route."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    prompt: str | list[int] | list[str] | list[list[int]]
+    n: int | None = Field(None, ge=1, le=128)
+    best_of: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1)
+    stop: Stop | list[Stop] | None = Field(None, max_length=4)
+    seed: int | None = Field(None, ge=0, lt=2**63)
+    logprobs: int | None = Field(None, ge=0)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _honourable(self) -> TextCompletionRequest:
+        refuse_unless_neutral(self.model_extra or {}, _UNSUPPORTED)
+        if self.logprobs is not None and self.logprobs > 1:
+            raise ValueError(
+                f"logprobs={self.logprobs} is not supported: only the sampled token's logprob is returned; use 0 or 1"
+            )
+        if self.best_of not in (None, self.n or 1):
+            raise ValueError(
+                f"best_of={self.best_of} is not supported: every sampled completion is returned; leave it out or "
+                "set it equal to n"
+            )
+        return self
 
 
 def plan_text_completion(

@@ -7,14 +7,11 @@ ignored; `x-api-key` is checked by the app's key guard.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import StreamingResponse
 
-from art_agents.server.completions import ChatPlan
 from art_agents.server.formats.anthropic_messages import (
     MessagesRequest,
     chat_body,
@@ -22,7 +19,7 @@ from art_agents.server.formats.anthropic_messages import (
     message_events,
     message_of,
 )
-from art_agents.server.http.openai_routes import watch_disconnect
+from art_agents.server.http.disconnect import watched
 from art_agents.server.service import ArtService
 from art_agents.wire import ROLLOUT_HEADER, ROLLOUT_RECORD_HEADER
 
@@ -43,18 +40,9 @@ def messages_routes(service: ArtService) -> APIRouter:
         planned = await service.plan_chat(chat_body(body), x_art_rollout_id, protocol="messages", record=record)
         plan = keyed_by_message_id(planned)
         if not body.stream:
-            return message_of(plan, await _watched(http, plan, service.run(plan)))
+            return message_of(plan, await watched(http, plan, service.run(plan)))
         items = service.run_stream(plan)
-        first = await _watched(http, plan, anext(items))  # a busy engine answers 503 here, before any 200
+        first = await watched(http, plan, anext(items))  # a busy engine answers 503 here, before any 200
         return StreamingResponse(message_events(plan, first, items), media_type="text/event-stream")
 
     return router
-
-
-async def _watched(http: Request, plan: ChatPlan, work: Awaitable[T]) -> T:
-    """`work`, with a client that hangs up meanwhile stopping its generation at the next token."""
-    watcher = asyncio.create_task(watch_disconnect(http, plan.cancel))
-    try:
-        return await work
-    finally:
-        watcher.cancel()

@@ -7,8 +7,6 @@ record the call, as protocol "responses") and keeps recent conversations for `pr
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from fastapi import APIRouter, Header, Request
@@ -16,7 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from art_agents.server.completions import ChatPlan
+from art_agents.server.formats.chat import ChatCompletionRequest
 from art_agents.server.formats.responses import (
     Conversations,
     ResponsesRequest,
@@ -26,7 +24,7 @@ from art_agents.server.formats.responses import (
     stream_events,
     to_response,
 )
-from art_agents.server.http.openai_routes import ChatCompletionRequest, watch_disconnect
+from art_agents.server.http.disconnect import watched
 from art_agents.server.service import ArtService
 from art_agents.wire import ROLLOUT_HEADER, ROLLOUT_RECORD_HEADER
 
@@ -58,22 +56,13 @@ def responses_routes(service: ArtService) -> APIRouter:
             return response
 
         if not body.stream:
-            completion, _ = await _watched(http, plan, service.run(plan))
+            completion, _ = await watched(http, plan, service.run(plan))
             return finish(completion)
         items = service.run_stream(plan)
-        first = await _watched(http, plan, anext(items))  # a busy engine answers 503 here, before any 200
+        first = await watched(http, plan, anext(items))  # a busy engine answers 503 here, before any 200
         return StreamingResponse(stream_events(body, first, items, finish), media_type="text/event-stream")
 
     return router
-
-
-async def _watched(http: Request, plan: ChatPlan, work: Awaitable[T]) -> T:
-    """`work`, with a client that hangs up meanwhile stopping its generation at the next token."""
-    watcher = asyncio.create_task(watch_disconnect(http, plan.cancel))
-    try:
-        return await work
-    finally:
-        watcher.cancel()
 
 
 def _checked(chat: dict[str, Any]) -> dict[str, Any]:
