@@ -58,6 +58,13 @@ class ChatPlan:
     started: float = field(default_factory=time.perf_counter)
     started_at: float = field(default_factory=time.time)
 
+    def keyed(self, prefix: str) -> ChatPlan:
+        """The plan with its tokens kept under the protocol's own reply id (`resp_...`, `msg_...`): the id any client
+        of that protocol reports (LangChain's response metadata, say) is then the token-store key, so a capture that
+        knows it trains on the exact tokens."""
+        self.completion_id = f"{prefix}{self.completion_id.removeprefix('chatcmpl-')}"
+        return self
+
     @property
     def served_as(self) -> str:
         """`name@step` of the checkpoint this request samples from."""

@@ -18,7 +18,8 @@ from openai import AsyncOpenAI
 import art_agents as art
 from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
 from art_agents.server.errors import ServiceError
-from art_agents.server.formats.responses import LOGPROBS, Conversations
+from art_agents.server.formats.response_store import Conversations
+from art_agents.server.formats.responses import LOGPROBS
 
 SYSTEM = "You are a calculator. Use the tools."
 QUESTION = "What is 2 + 3?"

@@ -202,7 +202,7 @@ def _tool_call(block: dict[str, Any]) -> dict[str, Any]:
 
 
 def message_of(plan: ChatPlan, completed: Completed) -> dict[str, Any]:
-    """The Anthropic `message` for the chat result; its id is the token-store key (see `keyed_by_message_id`), also
+    """The Anthropic `message` for the chat result; its id is the token-store key (see `ChatPlan.keyed`), also
     given as `completion_id`, the name the chat protocol's clients look for."""
     response, samples = completed
     choice, usage = response["choices"][0], response["usage"]
@@ -260,14 +260,6 @@ def _stop_reason(finish_reason: str, content: list[dict[str, Any]], stop: str | 
     if stop is not None:
         return "stop_sequence"
     return "max_tokens" if finish_reason == "length" else "end_turn"
-
-
-def keyed_by_message_id(plan: ChatPlan) -> ChatPlan:
-    """The plan with its tokens kept under a `msg_` id, the message's own: the id any Anthropic client reports
-    (LangChain's response metadata, say) is then the token-store key, and a capture that knows it trains on the
-    exact tokens."""
-    plan.completion_id = f"msg_{plan.completion_id.removeprefix('chatcmpl-')}"
-    return plan
 
 
 def _head(plan: ChatPlan) -> dict[str, Any]:

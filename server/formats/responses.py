@@ -15,7 +15,6 @@ responses' messages in chat form, bounded, lost on restart, kept unless `store` 
 
 from __future__ import annotations
 
-import collections
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from art_agents.server.completions import ChatPlan, StreamDelta, StreamItem
+from art_agents.server.completions import StreamDelta, StreamItem
 from art_agents.server.errors import ServiceError, describe
 from art_agents.server.formats.chat import UNSUPPORTED
 from art_agents.server.formats.refusals import Refusals, refuse_forced_tool, refuse_unless_neutral
@@ -238,16 +237,8 @@ def _reasoning(item: dict[str, Any]) -> str:
 # --- chat -> response -----------------------------------------------------------------------------------------
 
 
-def keyed_by_response_id(plan: ChatPlan) -> ChatPlan:
-    """The plan with its tokens kept under a `resp_` id, the response's own: the id any Responses client reports
-    (LangChain's response metadata, say) is then the token-store key, and a capture that knows it trains on the
-    exact tokens. Output item ids follow from it, so a stream names its items before the reply is parsed."""
-    plan.completion_id = f"resp_{plan.completion_id.removeprefix('chatcmpl-')}"
-    return plan
-
-
 def to_response(request: ResponsesRequest, chat: dict[str, Any]) -> dict[str, Any]:
-    """The Responses `response` for the engine's chat completion (planned `keyed_by_response_id`); `completion_id`,
+    """The Responses `response` for the engine's chat completion (planned `keyed("resp_")`); `completion_id`,
     the token-store key, is its id."""
     choice = chat["choices"][0]
     incomplete = choice["finish_reason"] == "length"
@@ -441,40 +432,3 @@ def _message_events(index: int, item: dict[str, Any], sent: str | None) -> list[
         ("response.content_part.done", {**where, "part": part}),
         ("response.output_item.done", {"output_index": index, "item": item}),
     ]
-
-
-# --- previous_response_id -------------------------------------------------------------------------------------
-
-
-class Conversations:
-    """Recent responses' conversations in chat form (without their instructions, which OpenAI does not carry over),
-    by response id, so `previous_response_id` continues one. In memory and bounded in number and in JSON characters
-    (agents that resend the whole input each call would otherwise fill it): the least recently used are forgotten."""
-
-    def __init__(self, limit: int = 10_000, max_chars: int = 64_000_000) -> None:
-        self.limit, self.max_chars = limit, max_chars
-        self._kept: collections.OrderedDict[str, tuple[list[dict[str, Any]], int]] = collections.OrderedDict()
-        self._chars = 0
-
-    def history(self, response_id: str | None) -> list[dict[str, Any]]:
-        """The messages of `response_id`'s conversation, its reply included; [] for None."""
-        if response_id is None:
-            return []
-        kept = self._kept.get(response_id)
-        if kept is None:
-            raise ServiceError(
-                404,
-                f"previous_response_id={response_id!r} is unknown to this server: it keeps recent responses made "
-                f"with `store` left on (at most {self.limit}, {self.max_chars} characters in all) in memory, and none "
-                "survive a restart; send the whole conversation as input instead",
-            )
-        self._kept.move_to_end(response_id)
-        return list(kept[0])
-
-    def keep(self, response_id: str, messages: list[dict[str, Any]]) -> None:
-        size = len(json.dumps(messages))
-        self._kept[response_id] = (messages, size)
-        self._chars += size
-        while len(self._kept) > self.limit or self._chars > self.max_chars:
-            _, (_, forgotten) = self._kept.popitem(last=False)
-            self._chars -= forgotten

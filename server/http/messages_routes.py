@@ -15,7 +15,6 @@ from fastapi.responses import StreamingResponse
 from art_agents.server.formats.anthropic_messages import (
     MessagesRequest,
     chat_body,
-    keyed_by_message_id,
     message_events,
     message_of,
 )
@@ -38,7 +37,7 @@ def messages_routes(service: ArtService) -> APIRouter:
     ) -> Any:
         record = bool(x_art_rollout_record)
         planned = await service.plan_chat(chat_body(body), x_art_rollout_id, protocol="messages", record=record)
-        plan = keyed_by_message_id(planned)
+        plan = planned.keyed("msg_")
         if not body.stream:
             return message_of(plan, await watched(http, plan, service.run(plan)))
         items = service.run_stream(plan)

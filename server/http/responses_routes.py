@@ -15,12 +15,11 @@ from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
 from art_agents.server.formats.chat import ChatCompletionRequest
+from art_agents.server.formats.response_store import Conversations
 from art_agents.server.formats.responses import (
-    Conversations,
     ResponsesRequest,
     chat_body,
     input_messages,
-    keyed_by_response_id,
     stream_events,
     to_response,
 )
@@ -45,9 +44,8 @@ def responses_routes(service: ArtService) -> APIRouter:
         turns = [*conversations.history(body.previous_response_id), *input_messages(body.input)]
         chat = _checked(chat_body(body, turns))
         record = bool(x_art_rollout_record)
-        plan = keyed_by_response_id(
-            await service.plan_chat(chat, x_art_rollout_id, protocol="responses", record=record)
-        )
+        planned = await service.plan_chat(chat, x_art_rollout_id, protocol="responses", record=record)
+        plan = planned.keyed("resp_")
 
         def finish(completion: dict[str, Any]) -> dict[str, Any]:
             response = to_response(body, completion)
