@@ -76,6 +76,16 @@ def test_serving_overhead_runs_on_the_tiny_model() -> None:
 
 
 @pytest.mark.slow
+def test_protocols_benchmark_times_every_protocol_against_chat() -> None:
+    out = run_script("protocols.py", "--rounds", "1", "--max-tokens", "4", "--concurrent", "2")
+    for scenario in ("1 at once", "2 at once"):
+        block = out.split(scenario, 1)[1]
+        for name in ("responses", "messages"):
+            assert re.search(rf"{name} .* {RATIO}  (meets|misses) <= 1\.1x", block), block
+        assert re.search(rf"completions .* {RATIO}\n", block), block
+
+
+@pytest.mark.slow
 def test_loop_overhead_runs_on_the_tiny_model() -> None:
     out = run_script("loop_overhead.py", "--tiny", "--steps", "1", "--prompts", "2", "--group-size", "2")
     assert re.search(r"^art .*rollout \d+\.\d+, scoring \d+\.\d+, train \d+\.\d+, checkpoint", out, re.M), out
