@@ -202,13 +202,20 @@ def test_an_unauthenticated_body_is_refused_before_it_is_read(tmp_path: Path) ->
 
 
 def test_rollout_counts_and_tokens_of_deleted_steps_are_pruned(tmp_path: Path) -> None:
-    from art_agents.server.completions import RolloutCounts
+    from art_agents.server.rollout_log import RolloutLog
     from art_agents.server.storage.token_store import TokenRecord, TokenStore
+    from art_agents.wire import RolloutCall
 
-    counts = RolloutCounts(limit=2)
+    counts = RolloutLog(limit=2, kept_limit=2)
     for rollout_id in ("a", "b", "a", "c"):
         counts.add(rollout_id)
     assert (counts.get("a"), counts.get("b"), counts.get("c")) == (2, 0, 1)  # "b" was the least recent
+    call = RolloutCall(protocol="messages", messages=[], message={"role": "assistant"}, completion_id="x", model="m@0")
+    for rollout_id in ("k1", "k2", "k3"):  # calls are kept for at most kept_limit rollouts, the oldest forgotten
+        counts.start_keeping(rollout_id)
+        counts.add(rollout_id, call)
+    assert [len(counts.record(r).calls) for r in ("k1", "k2", "k3")] == [0, 1, 1]
+    assert len(counts.finish("k3").calls) == 1 and counts.record("k3").calls == []  # handed over once
     store = TokenStore(tmp_path / "store.sqlite")
     for step in (0, 1, 1, 2):
         store.add(TokenRecord(completion_id=f"c{step}-{store.count()}", model="m", policy_step=step, prompt_ids=[1],
