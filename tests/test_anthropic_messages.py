@@ -389,6 +389,7 @@ async def test_wrapped_streaming_chat_anthropic_agent_is_captured_once(backend, 
     assert len(trajectory.turns) == 2 and all(t.completion_id and t.policy_step == 0 for t in trajectory.turns)
 
 
+@pytest.mark.slow  # LiteLLM's import and two providers' round trips: proof with the real client, run in CI
 @pytest.mark.parametrize("stream", [False, True])
 async def test_litellm_anthropic_provider_is_captured_and_trains(backend, server, tiny_model_path, stream) -> None:
     import litellm

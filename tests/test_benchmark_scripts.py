@@ -111,6 +111,7 @@ def test_async_pipeline_runs_on_the_tiny_model() -> None:
         assert re.search(r"trainer waited \d+\.\d\d s, rollouts held \d+\.\d\d s", summary), summary
 
 
+@pytest.mark.slow
 def test_train_memory_reads_the_servers_resident_memory_through_registering_and_training() -> None:
     out = run_script(
         "train_memory.py", "--tiny", "--steps", "1", "--groups", "1", "--group-size", "2", "--system-tokens", "60",

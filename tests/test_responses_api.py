@@ -314,6 +314,7 @@ async def test_a_generation_that_fails_mid_stream_ends_in_an_error_event(
     assert events[-1].sequence_number == len(events) - 1
 
 
+@pytest.mark.slow  # an MCP server over stdio per run: proof with the real SDK, run in CI
 @pytest.mark.parametrize("api", ["responses", "chat"])
 async def test_an_openai_agents_run_with_a_function_tool_and_an_mcp_tool_is_captured_and_trains(
     backend, tiny_model_path, client, api

@@ -129,6 +129,7 @@ def test_a_process_killed_mid_step_fails_it_by_rank_and_the_next_step_starts_ane
         processes.stop()
 
 
+@pytest.mark.slow  # two trainer processes started, one killed, the next step on new ones
 async def test_a_served_model_trains_with_processes_and_serves_on_when_one_dies(
     tiny_model_path: Path, tmp_path: Path
 ) -> None:
