@@ -20,8 +20,16 @@ from typing import Any
 
 import httpx
 
-from art_agents.capture import add_rollout_hooks, current_trajectory, record_completion
+from art_agents.capture import add_rollout_hooks, current_trajectory, record_completion, request_overrides
 from art_agents.trajectory import Trajectory
+from art_agents.transport import (
+    MODEL_ROUTES,
+    CaptureAsyncTransport,
+    CaptureTransport,
+    is_chat_completion,
+    overridden,
+    with_overrides,
+)
 from art_agents.wire import API_PREFIX, ROLLOUT_HEADER, ROLLOUT_PATH, ROLLOUT_RECORD_HEADER, RolloutRecord
 
 _servers: dict[str, str | None] = {}  # base URL (no /v1) -> API key
@@ -74,6 +82,12 @@ def _tag(url: str, headers: Any) -> None:
     servers_of(trajectory).add(base)
 
 
+def _is_model_call(method: str | None, url: str) -> bool:
+    """A model call (any protocol) to a known server: where an evaluation's pinned step and decoding apply."""
+    path = url.split("?", 1)[0]
+    return method == "POST" and server_of(url) is not None and path.endswith(MODEL_ROUTES)
+
+
 def servers_of(trajectory: Trajectory) -> set[str]:
     """The servers that hold calls of this trajectory to assemble when its rollout ends."""
     return trajectory._servers  # private: carried for this module only
@@ -97,27 +111,29 @@ def install_hooks() -> None:
 def _captures_itself(client: httpx.Client | httpx.AsyncClient, request: httpx.Request) -> bool:
     """Whether the client's own transport records this request (chat completions only; other protocols are
     captured here)."""
-    from art_agents.transport import CaptureAsyncTransport, CaptureTransport, _is_chat_completion
-
     own = isinstance(getattr(client, "_transport", None), CaptureTransport | CaptureAsyncTransport)
-    return own and _is_chat_completion(request)
+    return own and is_chat_completion(request)
 
 
 def _hook_httpx(module: Any) -> None:
     """Hook `module`'s clients: httpx, or httpx2, its fork with the same API."""
     sync_send, async_send = module.Client.send, module.AsyncClient.send
 
+    def prepared(client: httpx.Client | httpx.AsyncClient, request: httpx.Request) -> httpx.Request:
+        if not _servers or _captures_itself(client, request):
+            return request
+        if server_of(str(request.url)) is not None:  # an evaluation's pinned step and decoding, in any protocol
+            request = overridden(request)
+        _tag(str(request.url), request.headers)
+        return request
+
     @functools.wraps(sync_send)
     def send(self: httpx.Client, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        if _servers and not _captures_itself(self, request):
-            _tag(str(request.url), request.headers)
-        return sync_send(self, request, **kwargs)
+        return sync_send(self, prepared(self, request), **kwargs)
 
     @functools.wraps(async_send)
     async def asend(self: httpx.AsyncClient, request: httpx.Request, **kwargs: Any) -> httpx.Response:
-        if _servers and not _captures_itself(self, request):
-            _tag(str(request.url), request.headers)
-        return await async_send(self, request, **kwargs)
+        return await async_send(self, prepared(self, request), **kwargs)
 
     module.Client.send = send
     module.AsyncClient.send = asend
@@ -130,8 +146,12 @@ def _hook_requests() -> None:
 
     @functools.wraps(original)
     def send(self: requests.Session, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        url = str(request.url)
+        if _servers and _is_model_call(request.method, url) and (body := with_overrides(request.body)) is not None:
+            request.body = body
+            request.headers["Content-Length"] = str(len(body))
         if _servers:
-            _tag(str(request.url), request.headers)
+            _tag(url, request.headers)
         return original(self, request, **kwargs)
 
     requests.Session.send = send  # type: ignore[method-assign]
@@ -144,9 +164,15 @@ def _hook_aiohttp() -> None:
 
     @functools.wraps(original)
     async def request(self: aiohttp.ClientSession, method: str, url: Any, **kwargs: Any) -> Any:
-        if _servers and current_trajectory() is not None:
-            base = getattr(self, "_base_url", None)
-            full = str(base.join(aiohttp.client.URL(str(url))) if base is not None else url)
+        if not _servers:
+            return await original(self, method, url, **kwargs)
+        base = getattr(self, "_base_url", None)
+        full = str(base.join(aiohttp.client.URL(str(url))) if base is not None else url)
+        if _is_model_call(method, full) and (fields := request_overrides()) and isinstance(kwargs.get("json"), dict):
+            kwargs["json"] = {**kwargs["json"], **fields}
+        elif _is_model_call(method, full) and (body := with_overrides(kwargs.get("data"))) is not None:
+            kwargs["data"] = body
+        if current_trajectory() is not None:
             headers = dict(kwargs.get("headers") or {})
             _tag(full, headers)
             kwargs["headers"] = headers

@@ -17,9 +17,23 @@ from art_agents.capture import current_trajectory, record_completion, request_ov
 from art_agents.trajectory import Trajectory
 from art_agents.wire import ROLLOUT_HEADER
 
+MODEL_ROUTES = ("/chat/completions", "/responses", "/messages", "/completions")  # every protocol's model call
 
-def _is_chat_completion(request: httpx.Request) -> bool:
+
+def is_chat_completion(request: httpx.Request) -> bool:
     return request.method == "POST" and request.url.path.endswith("/chat/completions")
+
+
+def with_overrides(body: bytes | str | None) -> bytes | None:
+    """A JSON request body with `request_overrides()` set in it, or None when there are none or it is not JSON."""
+    fields = request_overrides()
+    if not fields:
+        return None
+    try:
+        data = json.loads(body or b"{}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return json.dumps({**data, **fields}).encode() if isinstance(data, dict) else None
 
 
 class _Call:
@@ -64,26 +78,23 @@ class _Call:
             self.record(stream.message(), summary)
 
 
-def _overridden(request: httpx.Request) -> httpx.Request:
-    """The request with `request_overrides()` set in its JSON body (the request itself when there are none)."""
-    fields = request_overrides()
-    if not fields or not _is_chat_completion(request):
+def overridden(request: httpx.Request) -> httpx.Request:
+    """A model call (any protocol) with `request_overrides()` set in its JSON body; any other request as it is.
+
+    The request keeps its class: httpx's, or httpx2's for the clients of the SDKs built on that fork."""
+    if request.method != "POST" or not request.url.path.endswith(MODEL_ROUTES):
         return request
-    try:
-        body = json.loads(request.content or b"{}")
-    except json.JSONDecodeError:
-        return request
-    if not isinstance(body, dict):
+    content = with_overrides(request.content)
+    if content is None:
         return request
     headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"content-length"]
-    content = json.dumps({**body, **fields}).encode()
-    return httpx.Request(request.method, request.url, headers=headers, content=content, extensions=request.extensions)
+    return type(request)(request.method, request.url, headers=headers, content=content, extensions=request.extensions)
 
 
 def _prepare(request: httpx.Request) -> _Call | None:
     """The call to record, or None when this request is not ours to record."""
     trajectory = current_trajectory()
-    if trajectory is None or not _is_chat_completion(request):
+    if trajectory is None or not is_chat_completion(request):
         return None
     request.headers[ROLLOUT_HEADER] = trajectory.id
     try:
@@ -198,7 +209,7 @@ class CaptureAsyncTransport(httpx.AsyncBaseTransport):
         self._inner = inner or httpx.AsyncHTTPTransport()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        request = _overridden(request)
+        request = overridden(request)
         call = _prepare(request)
         response = await self._inner.handle_async_request(request)
         if call is None or response.status_code >= 400:
@@ -220,7 +231,7 @@ class CaptureTransport(httpx.BaseTransport):
         self._inner = inner or httpx.HTTPTransport()
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
-        request = _overridden(request)
+        request = overridden(request)
         call = _prepare(request)
         response = self._inner.handle_request(request)
         if call is None or response.status_code >= 400:

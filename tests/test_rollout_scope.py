@@ -138,3 +138,42 @@ async def test_a_server_gone_by_the_rollouts_end_is_logged_not_raised(tiny_model
                 await model.rollout_base_url()
                 await asyncio.to_thread(stack.close)  # the server stops before the rollout ends
     assert any("could not be fetched" in line for line in trajectory.logs) and not trajectory.failed
+
+
+async def test_an_evaluation_pins_the_step_and_the_decoding_of_any_client(backend, tiny_model_path, tmp_path) -> None:
+    """`art.evaluate` sets the step it evaluates and its decoding in the model calls of SDK clients the toolkit did
+    not build (the Anthropic SDK on httpx2, plain requests), as in its own clients' calls."""
+    import anthropic
+    import requests
+
+    model = TrainableModel(name="eval-any", project="tests", base_model=str(tiny_model_path))
+    await model.register(backend)
+    group = TrajectoryGroup([await _one_call(model, backend.base_url, float(r)) for r in range(2)])
+    await model.train([group], TrainConfig(), progress=False)  # the latest is now @1; the rollout names no step
+
+    async def attempt(target: art.Model, scenario: dict[str, str]) -> art.Trajectory:
+        client = anthropic.AsyncAnthropic(base_url=backend.base_url, api_key="x")
+        ask = [{"role": "user", "content": scenario["q"]}]
+        async with art.rollout() as trajectory:
+            await client.messages.create(model=model.name, max_tokens=8, messages=ask, extra_body={"temperature": 1})
+            body = {"model": model.name, "messages": ask, "max_tokens": 8, "temperature": 1.0}
+            await asyncio.to_thread(requests.post, f"{backend.base_url}/v1/chat/completions", json=body, timeout=60)
+        await client.close()
+        return trajectory
+
+    evaluation = await art.evaluate(
+        attempt, [{"id": "s", "q": "Say something."}], [f"{model.name}@0"], steps_of=model, out=tmp_path,
+        rollouts_per_scenario=2, decoding="greedy", pbar_desc=None,
+    )  # fmt: skip
+    first, second = evaluation.runs[f"{model.name}@0"][0].trajectories
+    assert [t.model for t in first.turns + second.turns] == [f"{model.name}@0"] * 4
+    assert [m.content for m in first.messages] == [m.content for m in second.messages]  # greedy: the same replies
+    assert first.additional_histories[0].messages[-1].content == second.additional_histories[0].messages[-1].content
+
+
+async def _one_call(model: TrainableModel, base_url: str, reward: float) -> art.Trajectory:
+    async with art.rollout() as trajectory, httpx.AsyncClient() as http:
+        body = {"model": model.name, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+        await http.post(f"{base_url}/v1/chat/completions", json=body)
+        trajectory.reward = reward
+    return trajectory
