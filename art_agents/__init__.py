@@ -9,7 +9,7 @@ __path__.append(os.path.join(os.path.dirname(__file__), "art"))
 
 # ruff: noqa: E402 - the imports below need the path above
 from art_agents import dev, local, utils  # ART's `art.dev`, `art.local`, `art.utils`, reachable as attributes too
-from art_agents.backend import Backend, LocalBackend
+from art_agents.backends import Backend, LocalBackend, RemoteBackend
 from art_agents.capture import current_trajectory, record_completion, record_tool_call, rollout, span
 from art_agents.errors import ArtError, ServerError, SetupError, TooManyExceptions
 from art_agents.evaluation import Evaluation, evaluate
@@ -18,7 +18,7 @@ from art_agents.jsonl import read_groups, write_groups
 from art_agents.loop import StepRecord, train_loop
 from art_agents.messages import ChatMessage
 from art_agents.model import Model, TrainableModel
-from art_agents.remote import RemoteBackend
+from art_agents.tasks import retry
 from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
 from art_agents.trajectory import (
     History,
@@ -29,7 +29,6 @@ from art_agents.trajectory import (
     TrajectoryGroup,
     Turn,
 )
-from art_agents.utils import retry
 from art_agents.wire import TrainResult
 
 __version__ = "0.1.0"

@@ -1,3 +1,3 @@
-from art_agents.cli import run
+from art_agents.cli.main import run
 
 run()

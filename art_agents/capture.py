@@ -3,7 +3,7 @@
 Clients built by the toolkit, LangChain callbacks and the MCP wrapper call `record_completion` /
 `record_tool_call`; outside a rollout those calls do nothing, and concurrent asyncio tasks each see their
 own trajectory because contextvars are copied per task. Any other client of an art-agents server is
-captured through the server (server_capture.py), through hooks that add to a rollout's opening and closing.
+captured through the server (backends/server_capture.py), through hooks that add to a rollout's opening and closing.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ P = ParamSpec("P")
 
 
 class RolloutHooks(Protocol):
-    """What a capture path does as rollouts open and close (server_capture.py fetches the server's calls)."""
+    """What a capture path does as rollouts open and close (backends/server_capture.py fetches the server's calls)."""
 
     def enter(self) -> None: ...
     def exit(self, trajectory: Trajectory) -> None: ...

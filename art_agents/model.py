@@ -23,7 +23,7 @@ from art_agents import parts
 from art_agents.art.arguments import model_config_updates, model_keywords
 from art_agents.errors import ArtError, SetupError
 from art_agents.names import check_safe_name
-from art_agents.reporters import create_reporters, reporter_names
+from art_agents.report.reporters import create_reporters, reporter_names
 from art_agents.schema import Schema
 from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
 from art_agents.trajectory import RolloutException, Trajectory, TrajectoryGroup
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from langchain_openai import ChatOpenAI
     from openai import AsyncOpenAI, OpenAI
 
-    from art_agents.backend import Backend
-    from art_agents.reporters import Reporter
+    from art_agents.backends.protocol import Backend
+    from art_agents.report.reporters import Reporter
 
 
 class Model(Schema):
@@ -61,7 +61,7 @@ class Model(Schema):
         None,
         description="Where train and log steps go besides history.jsonl: 'wandb', 'langfuse', 'openpipe', or "
         "['none']. None reads ART_AGENTS_REPORT_TO (comma separated) and adds langfuse when LANGFUSE_PUBLIC_KEY and "
-        "LANGFUSE_SECRET_KEY are set, openpipe when OPENPIPE_API_KEY is (see art_agents.reporters).",
+        "LANGFUSE_SECRET_KEY are set, openpipe when OPENPIPE_API_KEY is (see art_agents.report.reporters).",
     )
 
     @model_validator(mode="wrap")
@@ -90,7 +90,7 @@ class Model(Schema):
         import httpx
         import openai
 
-        from art_agents.transport import CaptureAsyncTransport, CaptureTransport
+        from art_agents.backends.transport import CaptureAsyncTransport, CaptureTransport
 
         base_url, api_key = self.endpoint()
         if sync:
@@ -145,8 +145,8 @@ class Model(Schema):
         Completions), and the trajectory gets them when the `art.rollout()` scope ends; the URL then takes no
         more calls. Only an art-agents server offers it.
         """
+        from art_agents.backends.server_capture import open_scoped
         from art_agents.capture import current_trajectory
-        from art_agents.server_capture import open_scoped
 
         trajectory = current_trajectory()
         if trajectory is None:
@@ -244,7 +244,7 @@ class TrainableModel(Model):
 
     @property
     def reporters(self) -> list[Reporter]:
-        """The reporters built at registration from `report_to` (see `art_agents.reporters`)."""
+        """The reporters built at registration from `report_to` (see `art_agents.report.reporters`)."""
         return self._reporters
 
     async def get_step(self) -> int:

@@ -14,7 +14,7 @@ from typing import Any
 SERVER_APP = "art_agents.server.http.app:create_app"
 # `TrainableModel.export()`: a checkpoint of a LocalBackend's model written out by the server's export (in this
 # process: it needs torch and PEFT, which LocalBackend's `server` extra installs, and the checkpoints on this disk).
-EXPORT = "art_agents.server.ops.export:export_model"
+EXPORT = "art_agents.server.export.writer:export_model"
 # `art-agents eval RUN_FOLDER`: which autorl/mcp-rl run a folder holds, and its held-out split with its own rollout.
 RUN_KIND = "art_agents.autorl.run_eval:run_kind"
 RUN_EVALUATION = "art_agents.autorl.run_eval:run_evaluation"
@@ -29,9 +29,9 @@ REPORTERS = {
 # The `register(app)` of each part that adds `art-agents` subcommands, with the hint shown when it cannot load.
 CLI_PARTS = {
     "art_agents.server.ops.cli:register": "serve, doctor, tiny-model, export, trainer-node (extra: server)",
-    "art_agents.reporting:register": "report",
-    "art_agents.train_command:register": "train",
-    "art_agents.eval_command:register": "eval",
+    "art_agents.report.command:register": "report",
+    "art_agents.cli.train:register": "train",
+    "art_agents.evaluation.command:register": "eval",
     "art_agents.autorl.cli:register": "autorl, mcp-rl",
 }
 

@@ -124,7 +124,7 @@ class Trajectory(History):
     failed: bool = False
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
-    _servers: set[str] = PrivateAttr(default_factory=set)  # servers holding calls to assemble (server_capture.py)
+    _servers: set[str] = PrivateAttr(default_factory=set)  # servers holding calls to assemble (server_capture)
 
     @field_validator("reward", mode="before")
     @classmethod

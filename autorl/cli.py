@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from art_agents.cli import run_job, settings_error
+from art_agents.cli.main import run_job, settings_error
 from art_agents.extras import require_extra
 
 if TYPE_CHECKING:
@@ -34,6 +34,46 @@ JudgeApiKey = Annotated[str | None, Opt(help=KEY_HELP.format(role="judge"))]
 GeneratorApiBase = Annotated[str | None, Opt(help="OpenAI-compatible URL of the generator (your own server).")]
 GeneratorApiKey = Annotated[str | None, Opt(help=KEY_HELP.format(role="generator"))]
 StepsOffPolicy = Annotated[int | None, Opt(help="With --pipeline, how many steps stale a rollout may be (default 1).")]
+# mcp-rl's own options
+McpServer = Annotated[
+    str | None,
+    Opt(
+        help='Command of a stdio MCP server, e.g. "uvx mcp-server-time" (uvx comes with uv: pip install uv). '
+        "This or --url is required (here or in --config)."
+    ),
+]
+RulerJudge = Annotated[
+    str | None,
+    Opt(help="LiteLLM model string of the RULER judge, e.g. openai/gpt-4.1-mini. This or --reward is required."),
+]
+Reward = Annotated[str | None, Opt(help="module:function (scenario, trajectory) -> float, instead of RULER.")]
+RLSteps = Annotated[int | None, Opt(help="RL training steps (default 10; an SFT warmup adds one before them).")]
+SftWarmup = Annotated[
+    int | None, Opt(help="Before RL, fine-tune on the teacher's best of N rollouts per training scenario.")
+]
+GuideBelow = Annotated[
+    float | None,
+    Opt(help="During RL, a group whose best reward is below this gets the teacher's rollout (default off)."),
+]
+Temperature = Annotated[float | None, Opt(help="Sampling temperature the RL rollouts start at (default 1.0).")]
+AdaptTemperature = Annotated[
+    bool | None,
+    Opt(
+        "--adapt-temperature/--fixed-temperature",
+        help="After a draw whose groups all tie, lower the temperature if they failed alike, raise it back if they "
+        "succeeded alike (default on; a small model at 1.0 often fails every attempt alike).",
+    ),
+]
+# autorl's own options
+Task = Annotated[
+    str | None, Opt(help="What the model should learn to do, in plain words. This or --task-file is required.")
+]
+Judge = Annotated[str | None, Opt(help=f"LiteLLM model string of the judge, e.g. openai/gpt-4.1-mini. {REQUIRED}")]
+RetireAfter = Annotated[int | None, Opt(help="Draws without signal before an input is retired (default 2).")]
+DryRun = Annotated[
+    bool,
+    Opt("--dry-run", help="Only generate (or show) the prompt, rubric and inputs; edit them, then run without it."),
+]
 C = TypeVar("C", bound="RunConfig")
 R = TypeVar("R")
 
@@ -73,61 +113,34 @@ def _run(job: Callable[[], Awaitable[R]], out: Path) -> R:
 
 def mcp_rl(
     config: Annotated[Path | None, Opt(exists=True, help="TOML file with these settings; flags override it.")] = None,
-    server: Annotated[
-        str | None,
-        Opt(
-            help='Command of a stdio MCP server, e.g. "uvx mcp-server-time" (uvx comes with uv: pip install uv). '
-            "This or --url is required (here or in --config)."
-        ),
-    ] = None,
+    server: McpServer = None,
     url: Annotated[str | None, Opt(help="Streamable HTTP URL of an MCP server, instead of --server.")] = None,
     header: Annotated[list[str] | None, Opt(metavar="NAME=VALUE", help="HTTP header for --url; repeatable.")] = None,
     shared_session: Annotated[bool | None, Opt(help="One MCP session for all rollouts (read-only servers).")] = None,
     base_model: BaseModel = None,
-    judge_model: Annotated[
-        str | None,
-        Opt(help="LiteLLM model string of the RULER judge, e.g. openai/gpt-4.1-mini. This or --reward is required."),
-    ] = None,
+    judge_model: RulerJudge = None,
     judge_api_base: JudgeApiBase = None,
     judge_api_key: JudgeApiKey = None,
     generator_model: Annotated[str | None, Opt(help="Writes the scenarios; default: the judge model.")] = None,
     generator_api_base: GeneratorApiBase = None,
     generator_api_key: GeneratorApiKey = None,
-    reward: Annotated[
-        str | None, Opt(help="module:function (scenario, trajectory) -> float, instead of RULER.")
-    ] = None,
-    steps: Annotated[
-        int | None, Opt(help="RL training steps (default 10; an SFT warmup adds one before them).")
-    ] = None,
+    reward: Reward = None,
+    steps: RLSteps = None,
     group_size: Annotated[int | None, Opt(help="Rollouts per scenario (default 4).")] = None,
     groups_per_step: Annotated[int | None, Opt(help="Scenarios per step (default 4).")] = None,
     pipeline: Pipeline = None,
     max_steps_off_policy: StepsOffPolicy = None,
-    sft_warmup: Annotated[
-        int | None, Opt(help="Before RL, fine-tune on the teacher's best of N rollouts per training scenario.")
-    ] = None,
+    sft_warmup: SftWarmup = None,
     teacher_model: Annotated[str | None, Opt(help="Model name of the warmup's teacher at its endpoint.")] = None,
     teacher_api_base: Annotated[str | None, Opt(help="OpenAI-compatible URL of the teacher (default OpenAI).")] = None,
     teacher_api_key: Annotated[str | None, Opt(help="api_key for the teacher (default $OPENAI_API_KEY).")] = None,
-    guide_below: Annotated[
-        float | None,
-        Opt(help="During RL, a group whose best reward is below this gets the teacher's rollout (default off)."),
-    ] = None,
+    guide_below: GuideBelow = None,
     scenarios: Annotated[int | None, Opt(help="Training scenarios to generate (default 24).")] = None,
     val_scenarios: Annotated[int | None, Opt(help="Held-out scenarios (default 8).")] = None,
     max_turns: Annotated[int | None, Opt(help="Model calls per rollout (default 6).")] = None,
     max_tokens: Annotated[int | None, Opt(help="Tokens per model call (default 256).")] = None,
-    temperature: Annotated[
-        float | None, Opt(help="Sampling temperature the RL rollouts start at (default 1.0).")
-    ] = None,
-    adapt_temperature: Annotated[
-        bool | None,
-        Opt(
-            "--adapt-temperature/--fixed-temperature",
-            help="After a draw whose groups all tie, lower the temperature if they failed alike, raise it back if they "
-            "succeeded alike (default on; a small model at 1.0 often fails every attempt alike).",
-        ),
-    ] = None,
+    temperature: Temperature = None,
+    adapt_temperature: AdaptTemperature = None,
     learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default mcp-rl-run).")] = None,
     fresh: Fresh = False,
@@ -171,21 +184,15 @@ def mcp_rl(
     settings = _settings(MCPRLConfig, config, flags, mcp_rl)
     require_extra("mcp", purpose="art-agents mcp-rl")  # imported: it fails inside the session's own task
     _require_extras(settings, "art-agents mcp-rl")
-    summary = _run(lambda: run_mcp_rl(settings, fresh=fresh, echo=typer.echo), settings.out)
-    typer.echo(summary.table())
-    typer.echo(f"run folder: {summary.out}")
+    _echo_summary(_run(lambda: run_mcp_rl(settings, fresh=fresh, echo=typer.echo), settings.out))
 
 
 def autorl(
     config: Annotated[Path | None, Opt(exists=True, help="TOML file with these settings; flags override it.")] = None,
-    task: Annotated[
-        str | None, Opt(help="What the model should learn to do, in plain words. This or --task-file is required.")
-    ] = None,
+    task: Task = None,
     task_file: Annotated[Path | None, Opt(exists=True, help="A file holding the task description.")] = None,
     base_model: BaseModel = None,
-    judge_model: Annotated[
-        str | None, Opt(help=f"LiteLLM model string of the judge, e.g. openai/gpt-4.1-mini. {REQUIRED}")
-    ] = None,
+    judge_model: Judge = None,
     judge_api_base: JudgeApiBase = None,
     judge_api_key: JudgeApiKey = None,
     generator_model: Annotated[str | None, Opt(help="Writes inputs, prompt and rubric; default: the judge.")] = None,
@@ -199,17 +206,12 @@ def autorl(
     inputs: Annotated[int | None, Opt(help="Training inputs to generate (default 32).")] = None,
     eval_inputs: Annotated[int | None, Opt(help="Held-out inputs (default 12).")] = None,
     eval_every: Annotated[int | None, Opt(help="Evaluate every N steps (default 5).")] = None,
-    retire_after: Annotated[
-        int | None, Opt(help="Draws without signal before an input is retired (default 2).")
-    ] = None,
+    retire_after: RetireAfter = None,
     max_tokens: Annotated[int | None, Opt(help="Tokens per answer (default 256).")] = None,
     learning_rate: Annotated[float | None, Opt(help=LEARNING_RATE_HELP)] = None,
     out: Annotated[Path | None, Opt(help="Run folder (default autorl-run).")] = None,
     fresh: Fresh = False,
-    dry_run: Annotated[
-        bool,
-        Opt("--dry-run", help="Only generate (or show) the prompt, rubric and inputs; edit them, then run without it."),
-    ] = False,
+    dry_run: DryRun = False,
 ) -> None:
     """Train a model on a task described in words: invented inputs, a generated rubric, RULER, GRPO.
 
@@ -242,20 +244,24 @@ def autorl(
     settings = _settings(AutoRLConfig, config, flags, autorl)
     _require_extras(settings, "art-agents autorl")
     if dry_run:
-
-        async def generate() -> None:
-            folder, data = await prepare_run(settings, fresh=fresh, echo=typer.echo)
-            typer.echo(f"\nsystem prompt ({folder.file('system_prompt.md')}):\n{data.setup.system_prompt}")
-            typer.echo(f"\nrubric ({folder.file('rubric.md')}):\n{data.setup.rubric}")
-            typer.echo(f"\n{len(data.pool)} training inputs, e.g.:")
-            for item in data.pool[:5]:
-                typer.echo(f"  [difficulty {item.difficulty}] {item.input[:200]}")
-            typer.echo(f"\n{len(data.eval_inputs)} held-out inputs. Generator cost so far: {_cost(data.generation)}.")
-            typer.echo("Edit the files above if you like, then run the same command without --dry-run.")
-
-        _run(generate, settings.out)
+        _run(lambda: _show_prepared(prepare_run, settings, fresh), settings.out)
         return
-    summary = _run(lambda: run_autorl(settings, fresh=fresh, echo=typer.echo), settings.out)
+    _echo_summary(_run(lambda: run_autorl(settings, fresh=fresh, echo=typer.echo), settings.out))
+
+
+async def _show_prepared(prepare_run: Callable[..., Awaitable[Any]], settings: Any, fresh: bool) -> None:
+    """`--dry-run`: generate (or load) the system prompt, rubric and inputs, and show them for editing."""
+    folder, data = await prepare_run(settings, fresh=fresh, echo=typer.echo)
+    typer.echo(f"\nsystem prompt ({folder.file('system_prompt.md')}):\n{data.setup.system_prompt}")
+    typer.echo(f"\nrubric ({folder.file('rubric.md')}):\n{data.setup.rubric}")
+    typer.echo(f"\n{len(data.pool)} training inputs, e.g.:")
+    for item in data.pool[:5]:
+        typer.echo(f"  [difficulty {item.difficulty}] {item.input[:200]}")
+    typer.echo(f"\n{len(data.eval_inputs)} held-out inputs. Generator cost so far: {_cost(data.generation)}.")
+    typer.echo("Edit the files above if you like, then run the same command without --dry-run.")
+
+
+def _echo_summary(summary: Any) -> None:
     typer.echo(summary.table())
     typer.echo(f"run folder: {summary.out}")
 

@@ -33,7 +33,7 @@ from art_agents.autorl.task_data import (
 )
 from art_agents.autorl.text_rollout import TextRolloutConfig, text_rollout
 from art_agents.llm import Answer, LLMCall
-from art_agents.loop import StepRecord, train_loop
+from art_agents.loop.train import StepRecord, train_loop
 from art_agents.model import TrainableModel
 from art_agents.schema import Schema
 from art_agents.trajectory import TrajectoryGroup

@@ -34,7 +34,7 @@ from art_agents.autorl.sft_warmup import Warmup, check_teacher, pending, sft_war
 from art_agents.autorl.temperature import AdaptiveTemperature
 from art_agents.autorl.tool_rollout import server_rollout
 from art_agents.integrations.mcp import MCPServer
-from art_agents.loop import StepRecord, load_function, train_loop
+from art_agents.loop.train import StepRecord, load_function, train_loop
 from art_agents.model import TrainableModel
 
 Echo = Callable[[str], None]
@@ -110,16 +110,8 @@ async def run_mcp_rl(
     `reward` (scenario, trajectory) -> float replaces RULER and `config.reward`; `scenarios`
     (tasks you already have) replace generation. Both only matter on a run's first start.
     """
-    if reward is None and config.reward:
-        reward = load_function(config.reward, "reward")
-    if reward is None and config.judge_model is None:
-        raise ValueError("give --judge-model (RULER rewards) or --reward module:function")
     folder = RunFolder(config.out)
-    resuming = folder.check(_task(config), fresh=fresh)  # every check before the folder is claimed
-    generating = scenarios is None and not (resuming and folder.file(SCENARIOS_FILE).is_file())
-    config.check_keys(judge=reward is None, generator=generating)
-    if (config.sft_warmup and not (resuming and not pending(folder))) or config.guide_below is not None:
-        await check_teacher(teacher(config))
+    reward = await _preflight(config, folder, reward, scenarios, fresh)
     server = config.mcp_server
     async with server:
         async with server.session() as probe:  # the server starts (a missing command fails here)
@@ -148,27 +140,7 @@ async def run_mcp_rl(
         async with registered_model(config, folder) as model:
             step = await model.get_step()
             before = await _evaluation(config, folder, model, server, val, scorer, step=0, current=step, echo=echo)
-            warmup = None
-            if config.sft_warmup and (step == 0 or folder.file("warmup.json").is_file()):
-                warmup = await sft_warmup(config, folder, model, rollout, train, scorer, echo)
-                step = await model.get_step()
-            last = config.steps + (warmup.sft_step if warmup else 0)  # --steps counts RL steps
-            records: list[StepRecord] = []
-            if step < last:
-                if step:
-                    echo(f"continuing at step {step} of {last}")
-                guide = (
-                    None if config.guide_below is None else Guide(teacher(config), rollout, scorer, config.guide_below)
-                )
-                records = await train_loop(
-                    model,
-                    rollout,
-                    train,
-                    steps=last - step,
-                    after_each=guide or scorer,
-                    after_train=_StepEcho(scorer, temperature, echo),
-                    **config.loop_options(),
-                )
+            warmup, records = await _train(config, folder, model, rollout, train, scorer, temperature, echo)
             step = await model.get_step()
             after = await _evaluation(config, folder, model, server, val, scorer, step=step, current=step, echo=echo)
     summary = MCPRLSummary(
@@ -186,6 +158,60 @@ async def run_mcp_rl(
     )
     folder.write_json("summary.json", summary)
     return summary
+
+
+async def _preflight(
+    config: MCPRLConfig,
+    folder: RunFolder,
+    reward: RewardFn | None,
+    scenarios: Sequence[ScenarioDraft | str] | None,
+    fresh: bool,
+) -> RewardFn | None:
+    """Every check before the folder is claimed: a reward or a judge, the keys it needs, the teacher; the reward."""
+    if reward is None and config.reward:
+        reward = load_function(config.reward, "reward")
+    if reward is None and config.judge_model is None:
+        raise ValueError("give --judge-model (RULER rewards) or --reward module:function")
+    resuming = folder.check(_task(config), fresh=fresh)
+    generating = scenarios is None and not (resuming and folder.file(SCENARIOS_FILE).is_file())
+    config.check_keys(judge=reward is None, generator=generating)
+    if (config.sft_warmup and not (resuming and not pending(folder))) or config.guide_below is not None:
+        await check_teacher(teacher(config))
+    return reward
+
+
+async def _train(
+    config: MCPRLConfig,
+    folder: RunFolder,
+    model: TrainableModel,
+    rollout: Callable[..., Any],
+    train: list[Scenario],
+    scorer: GroupScorer,
+    temperature: AdaptiveTemperature,
+    echo: Echo,
+) -> tuple[Warmup | None, list[StepRecord]]:
+    """The SFT warmup (if asked and not done) and the RL steps still to train, from the model's current step."""
+    step = await model.get_step()
+    warmup = None
+    if config.sft_warmup and (step == 0 or folder.file("warmup.json").is_file()):
+        warmup = await sft_warmup(config, folder, model, rollout, train, scorer, echo)
+        step = await model.get_step()
+    last = config.steps + (warmup.sft_step if warmup else 0)  # --steps counts RL steps
+    if step >= last:
+        return warmup, []
+    if step:
+        echo(f"continuing at step {step} of {last}")
+    guide = None if config.guide_below is None else Guide(teacher(config), rollout, scorer, config.guide_below)
+    records = await train_loop(
+        model,
+        rollout,
+        train,
+        steps=last - step,
+        after_each=guide or scorer,
+        after_train=_StepEcho(scorer, temperature, echo),
+        **config.loop_options(),
+    )
+    return warmup, records
 
 
 class _StepEcho:

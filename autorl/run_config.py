@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Self
 
@@ -13,6 +12,7 @@ from pydantic import Field
 from art_agents.autorl.evaluation import EvalReport
 from art_agents.autorl.generation import Generation, spend_text
 from art_agents.autorl.run_folder import RunFolder
+from art_agents.backends.registered import registered_model as core_registered_model
 from art_agents.errors import ArtError
 from art_agents.llm import check_key
 from art_agents.model import TrainableModel
@@ -37,7 +37,9 @@ class RunConfig(Schema):
     group_size: int = Field(4, ge=2, description="Rollouts per input in a group.")
     eval_temperature: float = Field(0.0, ge=0, description="Sampling temperature of evaluation (0 = greedy).")
     max_exceptions: float = Field(0.1, ge=0, description="Failed rollouts tolerated per step (count or fraction).")
-    pipeline: bool = Field(False, description="Roll out the next steps while one trains (see art_agents.pipeline).")
+    pipeline: bool = Field(
+        False, description="Roll out the next steps while one trains (see art_agents.loop.pipeline)."
+    )
     max_steps_off_policy: int = Field(
         1, ge=0, description="With `pipeline`, how many steps behind the trained policy a step's rollouts may be."
     )
@@ -118,19 +120,17 @@ class RunSummary(Schema):
         return lines
 
 
-@asynccontextmanager
-async def registered_model(config: RunConfig, folder: RunFolder) -> AsyncIterator[TrainableModel]:
+def registered_model(config: RunConfig, folder: RunFolder) -> AbstractAsyncContextManager[TrainableModel]:
     """The run's model, registered on `config.base_url` or on a local server keeping its files in `folder`."""
-    from art_agents.backend import LocalBackend
-    from art_agents.remote import RemoteBackend
-
-    backend = RemoteBackend(config.base_url, config.api_key) if config.base_url else LocalBackend(folder.art_path)
-    model = TrainableModel(name=config.name, project=config.project, base_model=config.base_model, config=config.model)
-    try:
-        await model.register(backend)
-        yield model
-    finally:
-        await backend.close()
+    return core_registered_model(
+        config.name,
+        config.project,
+        config.base_model,
+        config.model,
+        base_url=config.base_url or None,
+        api_key=config.api_key,
+        art_path=folder.art_path,
+    )
 
 
 def merge_settings(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

@@ -199,7 +199,7 @@ class Workload:
 
 async def one_run(backend: Any, base_model: str, args: argparse.Namespace, workload: Workload, name: str) -> dict:
     from art_agents import ModelConfig, TrainableModel, TrainConfig
-    from art_agents.loop import train_loop
+    from art_agents.loop.train import train_loop
 
     size = args.groups * args.group_size
     config = ModelConfig(

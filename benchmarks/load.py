@@ -115,7 +115,7 @@ async def trainer_loop(model: Any, stop_at: float, tally: Tally, steps: list[dic
 
 async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
     """The load run, with the tiny model and the server's files in `folder`."""
-    from art_agents.backend import LocalBackend
+    from art_agents.backends.local import LocalBackend
     from art_agents.model import TrainableModel
     from art_agents.server.ops.tiny_model import build_tiny_model
     from art_agents.server.storage.token_store import TokenStore

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds the helpers
-from serving_overhead import endless_copy
+from bench_setup import endless_copy
 from timing import Summary, interleaved, ratio
 
 QUESTIONS = [
@@ -76,8 +76,8 @@ class BareLoop:
         import torch
         from trl.trainer.utils import disable_dropout_in_model
 
-        from art_agents.server.chat_format import render_prompt_ids
-        from art_agents.server.lora_model import load_peft_model
+        from art_agents.server.models.chat_format import render_prompt_ids
+        from art_agents.server.models.lora_model import load_peft_model
 
         self.model, self.tokenizer = load_peft_model(model_path, config)
         disable_dropout_in_model(self.model)
@@ -216,7 +216,7 @@ def main() -> None:
     train_config = TrainConfig(micro_batch_size=rows, loss="grpo", beta=0.0)
     with tempfile.TemporaryDirectory(prefix="art-loop-") as tmp:
         folder = Path(tmp)
-        from learning import bench_model
+        from bench_setup import bench_model
 
         base_model, gguf_file = bench_model(args.tiny, folder / "tiny")
         model_path = endless_copy(base_model, gguf_file, folder / "endless")

@@ -48,7 +48,6 @@ import dataclasses
 import functools
 import json
 import random
-import re
 import shutil
 import statistics
 import sys
@@ -61,106 +60,16 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
-from learning import bench_model, model_parser  # noqa: E402
+from bench_setup import bench_model, model_parser  # noqa: E402
+from mcp_rl_results import rate, success, summarise, valid  # noqa: E402
+from mcp_rl_rollouts import Teacher, reward, server_rollout  # noqa: E402
 from mcp_tasks import TASK_SETS, Solved, TaskSet  # noqa: E402
-from phases import phase_line, phase_seconds  # noqa: E402
 
 from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
 from art_agents.autorl.guidance import Guide  # noqa: E402
 from art_agents.autorl.scenarios import Scenario  # noqa: E402
 from art_agents.autorl.scoring import GroupScorer  # noqa: E402
 from art_agents.autorl.tool_rollout import ToolRolloutConfig  # noqa: E402
-from art_agents.autorl.tool_rollout import server_rollout as library_rollout  # noqa: E402
-from art_agents.comparison import paired_ci  # noqa: E402
-
-NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
-
-
-def correct(reference: str, answer: str | None) -> bool:
-    """The answer holds exactly one number and it is the reference (commas ignored; 1e-3 for the divisions'
-    decimals). One number, not the first: RL after SFT learned to answer "(39324) * 87", whose first number was
-    right, and drifted from there to answers whose first number was not (`benchmarks/mcp_rl_log.md`)."""
-    found = NUMBER.findall(answer or "")
-    if len(found) != 1:
-        return False
-    return abs(float(found[0].replace(",", "")) - float(reference)) <= 1e-3
-
-
-def reward(scenario: Scenario, trajectory: Any, *, shaping: bool = True) -> float:
-    """1 for the right final answer; else a ladder toward it (`--no-shaping`: 0).
-
-    SmolLM2-135M almost never answers these right at first (1 of 32 samples), so a pass/fail reward gives
-    GRPO nothing to compare. The ladder pays 0.3 for a tool call that ran and returned a value, 0.2 for one
-    that ran and found nothing (`[]`, or only NULLs: a SUM over no rows), 0.1 for any parseable tool call
-    (one the server refused counts as that: see `server_rollout`); task success is still measured pass/fail.
-    """
-    if correct(scenario.reference_answer or "", trajectory.metadata.get("answer")):
-        return 1.0
-    if not shaping:
-        return 0.0
-    calls, errors = trajectory.metrics.get("tool_calls", 0), trajectory.metrics.get("tool_errors", 0)
-    if calls:
-        if calls == errors:
-            return 0.1
-        return 0.2 if trajectory.metrics.get("empty_results", 0) == calls - errors else 0.3
-    return 0.05 if trajectory.metrics.get("malformed_tool_calls", 0) else 0.0
-
-
-SERVER_ERROR = re.compile(r"(Database error|Error): ")
-EMPTY_RESULT = re.compile(r"\[\]|\[(\{'[^']*': None\}(, )?)+\]")
-
-
-async def server_rollout(model: Any, scenario: Scenario, server: Any, config: ToolRolloutConfig) -> Any:
-    """The library's `server_rollout`, then the server's own error messages counted as errors.
-
-    `mcp-server-sqlite` answers a query that fails (`no such column`, a syntax error, a write) with a plain text
-    result, `Database error: ...` or `Error: ...`, not with MCP's `isError`, so the client records a call that
-    ran. Such calls are added to `tool_errors` here (so the reward's ladder and the valid-tool-call rate see them),
-    and results that hold no value (`[]`, `[{'SUM(quantity)': None}]`) are counted in `empty_results`. The
-    calculator flags its errors itself, so nothing changes for it.
-    """
-    trajectory = await library_rollout(model, scenario, server, config)
-    ran = [call for call in trajectory.tool_calls if call.error is None]
-    refused = sum(bool(SERVER_ERROR.match(call.result or "")) for call in ran)
-    trajectory.metrics["tool_errors"] = trajectory.metrics.get("tool_errors", 0) + refused
-    trajectory.metrics["server_error_results"] = refused
-    trajectory.metrics["empty_results"] = sum(bool(EMPTY_RESULT.fullmatch((c.result or "").strip())) for c in ran)
-    return trajectory
-
-
-class Teacher:
-    """A scripted OpenAI-compatible endpoint on loopback that solves every task the right way: the tool call that
-    answers it, then `complete_task` with the number the tool returned. It stands in for a frontier model
-    as the SFT warmup's teacher (none is reachable offline); the student only ever sees its rollouts."""
-
-    def __init__(self, tasks: list[Solved]) -> None:
-        from scripted_openai import ScriptedOpenAI
-
-        self.solutions = {task.scenario.task: task for task in tasks}
-        self.endpoint = ScriptedOpenAI()
-        self.endpoint.default = self.reply
-
-    def reply(self, body: dict[str, Any]) -> dict[str, Any]:
-        messages = body["messages"]
-        asked = max(i for i, m in enumerate(messages) if m["role"] == "user")
-        solved = next(t for task, t in self.solutions.items() if task in messages[asked]["content"])
-        results = [m["content"] for m in messages[asked + 1 :] if m["role"] == "tool"]
-        if results:  # the number the tool returned
-            name, arguments = "complete_task", {"answer": (NUMBER.findall(results[-1]) or [results[-1]])[0]}
-        else:
-            name, arguments = solved.tool, solved.arguments
-        call = {"id": f"call{len(messages)}", "type": "function",
-                "function": {"name": name, "arguments": json.dumps(arguments)}}  # fmt: skip
-        return {"role": "assistant", "content": "", "tool_calls": [call]}
-
-    def __enter__(self) -> Any:
-        from art_agents import Model
-
-        self.endpoint.__enter__()
-        return Model(name="teacher", inference_base_url=self.endpoint.base_url, inference_api_key="unused")
-
-    def __exit__(self, *exc: object) -> None:
-        self.endpoint.__exit__(*exc)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -242,14 +151,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     trainable = [task for task in solved if task.scenario.split == "train"]
     train = [task.scenario for task in trainable]
     val = [s for s in scenarios if s.split == "val"][: args.eval_limit or None]
-    rollout_config = ToolRolloutConfig(
-        max_turns=args.max_turns,
-        temperature=args.temperature,
-        max_tokens=args.max_tokens,
-        system_prompt=tasks.system,
-        examples=tasks.examples(),
-    )
-    eval_config = rollout_config.model_copy(update={"temperature": args.eval_temperature})
+    rollout_config, eval_config = rollout_configs(args, tasks)
     model_config = ModelConfig(
         gguf_file=gguf_file,
         lora_rank=args.lora_rank,
@@ -310,6 +212,18 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     summary = summarise(before, after, time.perf_counter() - started, timings, args.versus)
     return summary | {"state_resets": resets, "guided": guides, "settings": settings}
+
+
+def rollout_configs(args: argparse.Namespace, tasks: TaskSet) -> tuple[ToolRolloutConfig, ToolRolloutConfig]:
+    """The rollouts' settings for training, and the same at the evaluation temperature."""
+    rollout_config = ToolRolloutConfig(
+        max_turns=args.max_turns,
+        temperature=args.temperature,
+        max_tokens=args.max_tokens,
+        system_prompt=tasks.system,
+        examples=tasks.examples(),
+    )
+    return rollout_config, rollout_config.model_copy(update={"temperature": args.eval_temperature})
 
 
 async def sft_warmup(
@@ -465,77 +379,6 @@ class Draws:
             elif min(rewards) >= 1.0:
                 self.solved.add(group_task(group))
         return signal
-
-
-def rate(report: EvalReport, measure: Any) -> float:
-    return statistics.fmean(measure(item) for item in report.items) if report.items else 0.0
-
-
-def success(item: Any) -> float:
-    """Only the right final answer earns the full reward (the ladder pays at most 0.3)."""
-    return float(item.score >= 1.0)
-
-
-def valid(item: Any) -> float:
-    """At least one call of the server's tools that ran without error."""
-    return float(item.tool_calls > item.tool_errors)
-
-
-def tool_calls(item: Any) -> float:
-    return float(item.tool_calls)
-
-
-MEASURES = (("task success", success, 100), ("valid tool call", valid, 100), ("tool calls per task", tool_calls, 1))
-
-
-def summarise(
-    before: EvalReport, after: EvalReport, wall_s: float, timings: dict[str, list[float]], versus: Path | None
-) -> dict[str, Any]:
-    by_id = {i.id: i for i in after.items}
-    pairs = [(b, by_id[b.id]) for b in before.items if b.id in by_id]
-    rows: dict[str, Any] = {}
-    print(f"\n=== held-out: {len(pairs)} tasks, base step 0 vs trained step {after.step} ===")
-    print(f"{'':<22}{'base':>7}{'trained':>9}   difference [95% CI]")
-    for label, value, scale in MEASURES:
-        b, a = [scale * value(p[0]) for p in pairs], [scale * value(p[1]) for p in pairs]
-        diff, low, high = paired_ci(b, a)
-        rows[label] = {"base": statistics.fmean(b), "trained": statistics.fmean(a), "diff": diff, "ci": [low, high]}
-        d = 1 if scale == 100 else 2  # decimals: percentages, or calls per task
-        print(f"{label:<22}{statistics.fmean(b):7.{d}f}{statistics.fmean(a):9.{d}f}   "
-              f"{diff:+.{d}f} [{low:+.{d}f}, {high:+.{d}f}]")  # fmt: skip
-    print(f"completion rate {before.completion_rate:.2f} -> {after.completion_rate:.2f}; "
-          f"tool error rate {before.tool_error_rate:.2f} -> {after.tool_error_rate:.2f}")  # fmt: skip
-    for b, a in pairs[:4]:
-        print(f"  {b.id}: {b.answer!r} ({b.tool_calls} calls) -> {a.answer!r} ({a.tool_calls} calls)")
-    draws = len(timings["train_s"])  # a draw whose groups all tie trains nothing: fewer steps than draws
-    medians = ", ".join(f"{name} {statistics.median(values):.1f}" for name, values in timings.items() if values)
-    print(f"{draws} RL draws, trained to step {after.step}; median seconds: {medians}; wall {wall_s / 60:.1f} min")
-    spent = phase_seconds(wall_s, {
-        "load": sum(timings["load_s"]),
-        "base_evaluation": timings["evaluation_s"][0],
-        "teacher_rollouts": sum(timings.get("teacher_s", [])),
-        "sft": sum(timings.get("sft_s", [])),
-        "rollouts": sum(timings["rollout_s"]),
-        "training": sum(timings["train_s"]),
-        "final_evaluation": timings["evaluation_s"][-1],
-    })  # fmt: skip
-    print(phase_line(spent))
-    summary = {"rows": rows, "draws": draws, "step": after.step, "wall_s": wall_s, "timings": timings,
-               "phases": spent, "before": before.model_dump(), "after": after.model_dump()}  # fmt: skip
-    if versus is not None:
-        summary["versus"] = compare(after, versus)
-    return summary
-
-
-def compare(after: EvalReport, other_result: Path) -> dict[str, Any]:
-    """Task success of this run's trained model minus another run's, paired by held-out task."""
-    other = {item["id"]: item for item in json.loads(other_result.read_text())["after"]["items"]}
-    pairs = [(100 * float(other[i.id]["score"] >= 1.0), 100 * success(i)) for i in after.items if i.id in other]
-    diff, low, high = paired_ci([o for o, _ in pairs], [m for _, m in pairs])
-    print(
-        f"task success, this run minus {other_result.name}: {diff:+.1f} [{low:+.1f}, {high:+.1f}] over {len(pairs)} tasks"
-    )
-    return {"other": str(other_result), "diff": diff, "ci": [low, high]}
 
 
 def main(argv: list[str] | None = None) -> int:

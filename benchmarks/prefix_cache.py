@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds timing.py
-from serving_overhead import endless_copy
+from bench_setup import endless_copy
 from timing import Summary, interleaved, ratio
 
 GOALS = {"group": 0.3, "conversation": 0.4}
@@ -129,7 +129,7 @@ class Side:
 
 
 def first_prompts(tokenizer: Any, args: argparse.Namespace) -> list[list[int]]:
-    from art_agents.server.chat_format import render_prompt_ids
+    from art_agents.server.models.chat_format import render_prompt_ids
 
     system = {"role": "system", "content": head_text(tokenizer, args.head_tokens)}
     tasks = [
@@ -153,7 +153,7 @@ def main() -> None:
 
     import torch
 
-    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.models.lora_model import load_peft_model
     from art_agents.train_config import ModelConfig
 
     if args.threads:
@@ -162,7 +162,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="art-prefix-") as tmp:
         base_model, gguf_file = args.model, args.gguf_file
         if base_model == "smollm2":
-            from learning import smollm2_gguf
+            from bench_setup import smollm2_gguf
 
             base_model, gguf_file = smollm2_gguf()
         elif base_model == "tiny":

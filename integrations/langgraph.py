@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 import httpx
 
+from art_agents.backends.transport import CaptureAsyncTransport, CaptureTransport
 from art_agents.capture import Rollout, current_trajectory, decorate_rollout
 from art_agents.integrations import call_check
 from art_agents.integrations.call_check import MissingCallsWarning
 from art_agents.integrations.langchain_callbacks import CaptureHandler, active_handler
 from art_agents.model import Model
 from art_agents.trajectory import RolloutFailed, Trajectory
-from art_agents.transport import CaptureAsyncTransport, CaptureTransport
 from art_agents.wire import ROLLOUT_HEADER
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ reward: `project`, `model`, `split`, `step`, `group`, `trajectory_id`, `turn`, `
 the trajectory's metrics under their own names (all strings, as OpenAI metadata is).
 
 It is on with `report_to=["openpipe"]`, or by itself when `OPENPIPE_API_KEY` is set (see
-`art_agents.reporters`); `OPENPIPE_BASE_URL` points it at another OpenPipe, as for OpenPipe's SDK.
+`art_agents.report.reporters`); `OPENPIPE_BASE_URL` points it at another OpenPipe, as for OpenPipe's SDK.
 
 The wire format is the SDK's `report` call (openpipe 5.0, `openpipe/api_client/client.py`): POST
 `<base>/report` with `Authorization: Bearer <key>` and `requestedAt`/`receivedAt` (ms), `reqPayload`,
@@ -35,7 +35,7 @@ import httpx
 
 from art_agents.errors import ArtError
 from art_agents.integrations.queued_reporter import QueuedReporter
-from art_agents.reporters import OPENPIPE_KEY, ReportedModel, StepRecord
+from art_agents.report.reporters import OPENPIPE_KEY, ReportedModel, StepRecord
 from art_agents.trajectory import Trajectory
 
 BASE_URL_ENV = "OPENPIPE_BASE_URL"

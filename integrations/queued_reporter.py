@@ -12,7 +12,7 @@ import queue
 import threading
 import warnings
 
-from art_agents.reporters import StepRecord
+from art_agents.report.reporters import StepRecord
 
 MAX_PENDING_RECORDS = 4
 

@@ -1,6 +1,6 @@
 """W&B reporter: every train and log step of a model as one row of its W&B run, against the checkpoint step.
 
-On with `TrainableModel(report_to=["wandb"])` or `ART_AGENTS_REPORT_TO=wandb` (see `art_agents.reporters`).
+On with `TrainableModel(report_to=["wandb"])` or `ART_AGENTS_REPORT_TO=wandb` (see `art_agents.report.reporters`).
 W&B's own variables apply: `WANDB_MODE=offline` writes the run under `WANDB_DIR` (default `./wandb`) with no
 account, for `wandb sync` later; `WANDB_PROJECT` replaces the model's project, `WANDB_ENTITY` picks the entity.
 """
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
 
     from art_agents.model import TrainableModel
-    from art_agents.reporters import StepRecord
+    from art_agents.report.reporters import StepRecord
 
 # The x-axis of every chart. Logged as a value rather than wandb.log's `step=`, which must only grow: W&B drops a
 # row whose `step=` is below one already logged, as after an evaluation at an older checkpoint or a resumed run.

@@ -1,7 +1,7 @@
 """The server's state and operations, independent of HTTP: the facade `create_app` calls.
 
 `ArtService` holds every registered model (`ServedModel`) and delegates the work: opening a model
-(served_model.py), chat completions (completions.py) and train calls (train_steps.py).
+(serving/served_model.py), chat completions (serving/completions.py) and train calls (training/train_steps.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from art_agents.jsonl import read_history
-from art_agents.server.checkpoint_fork import fork_checkpoint
-from art_agents.server.completions import (
+from art_agents.server.engines.protocol import OlderStep
+from art_agents.server.errors import ServiceError
+from art_agents.server.models.model_sources import ModelSources
+from art_agents.server.serving.completions import (
     ChatPlan,
     Completed,
     Protocol,
@@ -24,13 +26,11 @@ from art_agents.server.completions import (
     plan_chat,
     stream_completion,
 )
-from art_agents.server.engines.protocol import OlderStep
-from art_agents.server.errors import ServiceError
-from art_agents.server.model_sources import ModelSources
-from art_agents.server.rollout_log import RolloutLog
-from art_agents.server.served_model import ServedModel, check_name, open_served_model
+from art_agents.server.serving.rollout_log import RolloutLog
+from art_agents.server.serving.served_model import ServedModel, check_name, open_served_model
 from art_agents.server.storage import checkpoints
-from art_agents.server.train_steps import record_log, sft_events, train_events
+from art_agents.server.training.checkpoint_fork import fork_checkpoint
+from art_agents.server.training.train_steps import record_log, sft_events, train_events
 from art_agents.wire import (
     DEFAULT_BEST_METRIC,
     CheckpointInfo,
@@ -161,7 +161,7 @@ class ArtService:
             return deleted
 
     async def fork(self, name: str, request: ForkRequest) -> ForkResult:
-        """Serve another model's checkpoint as this model's (see checkpoint_fork.py)."""
+        """Serve another model's checkpoint as this model's (see training/checkpoint_fork.py)."""
         served = self.get(name)
         source = self.model_dir(
             check_name(request.from_project or served.info.project, "from_project"),
@@ -203,7 +203,7 @@ class ArtService:
     ) -> ChatPlan:
         """A chat request (any protocol's, in chat form) checked and rendered; refusals raise `ServiceError`.
 
-        `record`: keep the call itself for the rollout's assembly (see rollout_log.py), not only its count.
+        `record`: keep the call itself for the rollout's assembly (see serving/rollout_log.py), not only its count.
         """
         served, older = self.resolve(body["model"])
         plan = await asyncio.to_thread(plan_chat, served, body, rollout_id, older)

@@ -106,11 +106,6 @@ def tool_call(call_id: str, name: str, **arguments: int) -> dict[str, Any]:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
-def hermes(name: str, **arguments: int) -> str:
-    """A tool call as Qwen3/hermes text, for the server's scripted engine."""
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
 def assert_matches_state(trajectory: Trajectory, messages: list[BaseMessage], *, system: str | None = SYSTEM) -> None:
     """The captured main history is, message for message, the graph's final state (plus its prompt)."""
     expected = as_messages(([{"role": "system", "content": system}] if system else []) + to_openai(messages))

@@ -33,6 +33,25 @@ class QuietHTTPServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
+class LoopbackServer:
+    """A QuietHTTPServer on a free loopback port: `start()` serves it from a daemon thread until `close()`."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def start(self, poll_interval: float = 0.5) -> LoopbackServer:
+        threading.Thread(target=self.httpd.serve_forever, args=(poll_interval,), daemon=True).start()
+        return self
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 class ScriptedOpenAI:
     def __init__(self, replies: list[Reply] | None = None, *, model_suffix: str = "@0", delay_s: float = 0.0) -> None:
         self.replies: list[Reply] = list(replies or [])
@@ -44,20 +63,18 @@ class ScriptedOpenAI:
         self.delay_s = delay_s
         self._ids = itertools.count()
         self._lock = threading.Lock()
-        self._server = QuietHTTPServer(("127.0.0.1", 0), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._server = LoopbackServer(self._handler())
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+        return f"{self._server.url}/v1"
 
     def __enter__(self) -> ScriptedOpenAI:
-        self._thread.start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
     def _next(self, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         with self._lock:

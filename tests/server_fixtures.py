@@ -9,6 +9,7 @@ base URL (without `/v1`); `server_url` is that for a fresh art path per test, `s
 from __future__ import annotations
 
 import contextlib
+import json
 import socket
 import threading
 import time
@@ -19,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:
-    from art_agents.remote import RemoteBackend
+    from art_agents.backends.remote import RemoteBackend
+    from art_agents.model import TrainableModel
     from art_agents.server.storage.token_store import TokenStore
 
 # An OpenAI tool the tests serve and train with.
@@ -99,7 +101,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> I
 @pytest.fixture
 async def backend(server: str) -> AsyncIterator[RemoteBackend]:
     """A client of the file's server, closed after the test."""
-    from art_agents.remote import RemoteBackend
+    from art_agents.backends.remote import RemoteBackend
 
     client = RemoteBackend(server)
     yield client
@@ -129,3 +131,18 @@ async def attempt(model: art.TrainableModel, scenario: dict) -> art.Trajectory:
     await client.close()
     return trajectory
 """
+
+
+def hermes(name: str, **arguments: Any) -> str:
+    """A tool call as Qwen3/hermes text, for the server's scripted engine."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+async def scripted_model(backend: RemoteBackend, tiny_model_path: Path, name: str, texts: list[str]) -> TrainableModel:
+    """A model registered on `backend` whose scripted engine answers `texts` in turn, as the tiny model's tokens."""
+    from art_agents import ModelConfig, TrainableModel
+
+    config = ModelConfig(engine="scripted", scripted_responses=texts, default_max_tokens=64)
+    model = TrainableModel(name=name, project="tests", base_model=str(tiny_model_path), config=config)
+    await model.register(backend)
+    return model

@@ -2,7 +2,7 @@
 
 The scripted engine answers with a hermes tool call, then the final answer, through the real tokenizer,
 tool-call parsing, token store and trainer: the frameworks' own OpenAI clients are not the toolkit's, so
-every call is captured only by the server-side hooks (art_agents/server_capture.py).
+every call is captured only by the server-side hooks (art_agents/backends/server_capture.py).
 """
 
 from __future__ import annotations
@@ -10,30 +10,22 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
-import threading
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import aiohttp
 import httpx
 import pytest
 import requests
-from langgraph_agents import hermes
+from scripted_openai import LoopbackServer
+from server_fixtures import hermes, scripted_model
 
 import art_agents as art
-from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
+from art_agents import TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
 from art_agents.wire import ROLLOUT_HEADER, ROLLOUT_RECORD_HEADER
 
 ANSWER = "The answer is 5."
 QUESTION = "What is 2 + 3?"
-
-
-async def scripted_model(backend: RemoteBackend, tiny_model_path: Path, name: str, texts: list[str]) -> TrainableModel:
-    config = ModelConfig(engine="scripted", scripted_responses=texts, default_max_tokens=64)
-    model = TrainableModel(name=name, project="tests", base_model=str(tiny_model_path), config=config)
-    await model.register(backend)
-    return model
 
 
 def add(a: int, b: int) -> int:
@@ -157,11 +149,11 @@ def other_server() -> Iterator[tuple[str, list[dict[str, str]]]]:
     """The base URL of another loopback server and the headers of every request it got."""
     seen: list[dict[str, str]] = []
     handler = type("Handler", (HeaderLog,), {"seen": seen})
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler) as httpd:
-        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-        thread.start()
-        yield f"http://127.0.0.1:{httpd.server_address[1]}", seen
-        httpd.shutdown()
+    server = LoopbackServer(handler).start()
+    try:
+        yield server.url, seen
+    finally:
+        server.close()
 
 
 def chat_request(model: TrainableModel) -> dict[str, Any]:

@@ -15,18 +15,18 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
-from langgraph_agents import hermes, react_agent
-from server_fixtures import start_server
+from langgraph_agents import react_agent
+from server_fixtures import hermes, scripted_model, start_server
 
 import art_agents as art
 from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, Trajectory, TrajectoryGroup
-from art_agents.server.completions import StreamDelta
 from art_agents.server.formats.anthropic_messages import (
     MessagesRequest,
     chat_body,
     content_blocks,
     message_events,
 )
+from art_agents.server.serving.completions import StreamDelta
 
 ANSWER = "The answer is 5."
 ADD = {
@@ -39,13 +39,6 @@ ASK = "What is 2 + 3?"
 QUESTION = {"role": "user", "content": [{"type": "text", "text": ASK, "cache_control": {"type": "ephemeral"}}]}
 SYSTEM = [{"type": "text", "text": "You add numbers."}]
 HI = [{"role": "user", "content": "hi"}]
-
-
-async def scripted_model(backend: RemoteBackend, tiny_model_path: Path, name: str, texts: list[str]) -> TrainableModel:
-    config = ModelConfig(engine="scripted", scripted_responses=texts, default_max_tokens=64)
-    model = TrainableModel(name=name, project="tests", base_model=str(tiny_model_path), config=config)
-    await model.register(backend)
-    return model
 
 
 def client_of(server: str, api_key: str = "x", **options: Any) -> anthropic.AsyncAnthropic:

@@ -7,8 +7,9 @@ import warnings
 import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from langgraph.prebuilt import create_react_agent
-from langgraph_agents import TOOLS, hermes, tool_call
+from langgraph_agents import TOOLS, tool_call
 from pydantic import BaseModel
+from server_fixtures import hermes
 
 import art_agents as art
 from art_agents.integrations.langgraph import MissingCallsWarning
@@ -110,7 +111,6 @@ async def test_structured_output_asks_through_a_tool_as_art_does(scripted) -> No
     [request] = scripted.requests
     assert "response_format" not in request and request.get("tool_choice") in (None, "auto")
     assert [t["function"]["name"] for t in request["tools"]] == ["Verdict"]
-
 
 
 async def test_an_art_langgraph_program_trains_on_the_tokens_it_sampled(backend, tiny_model_path) -> None:

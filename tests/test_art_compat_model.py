@@ -129,7 +129,7 @@ async def test_log_then_delete_checkpoints_keeps_exactly_the_latest_and_the_best
     assert await model.delete_checkpoints() == [latest]
     assert [c.step for c in await model.backend.list_checkpoints(model)] == [best, latest + 1]
 
-    from art_agents.reporting import report
+    from art_agents.report.command import report
 
     report(art_path=art_path, model="compat")  # val rows sit beside the train rows in the report
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from art_agents.server.chat_format import hermes_call, parse_assistant, render_prompt_ids, tool_support
+from art_agents.server.models.chat_format import hermes_call, parse_assistant, render_prompt_ids, tool_support
 
 CONTENT_ONLY = (  # SmolLM2-135M-Instruct's template
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + "

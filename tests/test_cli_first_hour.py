@@ -14,7 +14,7 @@ import pytest
 import typer
 from cpu_clock import REFUSED_AT_ONCE_CPU_S, children_cpu_s
 
-from art_agents.cli import app, load_parts
+from art_agents.cli.main import app, load_parts
 
 
 def run_cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
@@ -36,7 +36,7 @@ def test_every_option_of_every_command_has_help_text() -> None:
 
 
 def test_a_command_whose_extra_is_missing_names_the_extra_in_one_line() -> None:
-    code = "import sys; sys.modules['uvicorn'] = None; sys.argv = ['art-agents', 'serve']; from art_agents.cli import run; run()"
+    code = "import sys; sys.modules['uvicorn'] = None; sys.argv = ['art-agents', 'serve']; from art_agents.cli.main import run; run()"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [

@@ -11,7 +11,7 @@ import pytest
 from server_fixtures import ROLLOUT_MODULE
 
 from art_agents import ArtError, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
-from art_agents.loop import MAX_IDLE_DRAWS, train_loop
+from art_agents.loop.train import MAX_IDLE_DRAWS, train_loop
 
 
 def run_cli(*args: str, cwd=None) -> subprocess.CompletedProcess[str]:

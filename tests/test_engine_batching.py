@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from art_agents.server.chat_format import render_prompt_ids
 from art_agents.server.engines.kv_batch import KVBatch
 from art_agents.server.engines.protocol import SamplingParams
 from art_agents.server.engines.transformers_engine import TransformersEngine
+from art_agents.server.models.chat_format import render_prompt_ids
 from art_agents.train_config import ModelConfig
 
 SEEDED = SamplingParams(max_tokens=12, seed=9, temperature=0.8)

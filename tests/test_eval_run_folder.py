@@ -13,7 +13,7 @@ from ruler_fixtures import answer, shown
 from scripted_openai import ScriptedOpenAI
 from typer.testing import CliRunner
 
-from art_agents.cli import app, load_parts
+from art_agents.cli.main import app, load_parts
 
 
 def generator_and_judge() -> Any:

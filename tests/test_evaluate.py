@@ -15,8 +15,8 @@ import pytest
 from scripted_openai import ScriptedOpenAI
 
 import art_agents as art
-from art_agents.comparison import compare_pair, paired_ci
 from art_agents.errors import SetupError
+from art_agents.evaluation.comparison import compare_pair, paired_ci
 
 SCENARIOS = [{"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(6)]
 
@@ -190,7 +190,7 @@ async def test_bad_models_are_named_in_one_line_before_anything_runs(monkeypatch
 def test_the_eval_command_runs_a_job_files_rollout(frontier: Any, tmp_path: Path, monkeypatch: Any) -> None:
     from typer.testing import CliRunner
 
-    from art_agents.cli import app, load_parts
+    from art_agents.cli.main import app, load_parts
 
     good, _ = frontier
     (tmp_path / "qa_rollout.py").write_text(

@@ -12,10 +12,10 @@ from scripted_openai import ScriptedOpenAI
 from test_evaluate import SCENARIOS, answering, rollout
 
 import art_agents as art
-from art_agents.eval_charts import draw_evaluated_steps, figure
-from art_agents.eval_files import EvalSummary, ModelSummary
-from art_agents.report_page import write_report
-from art_agents.reporting import _eval_tables
+from art_agents.evaluation.charts import draw_evaluated_steps, figure
+from art_agents.evaluation.files import EvalSummary, ModelSummary
+from art_agents.report.command import _eval_tables
+from art_agents.report.page import write_report
 from art_agents.utils import benchmarking
 
 pytest.importorskip("matplotlib")

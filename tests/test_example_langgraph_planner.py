@@ -19,6 +19,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from server_fixtures import hermes
 
 from art_agents import ModelConfig, TrainableModel, TrainConfig, TrajectoryGroup, read_groups
 
@@ -150,15 +151,9 @@ PROBLEM = example.Problem(
 )
 
 
-def hermes(name: str, **arguments: str) -> str:
-    """A tool call as Qwen3/hermes text, for the scripted engine."""
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
 PLAN = "1. Convert 78 minutes to hours.\n2. Multiply by 20 km/h.\n3. Convert km to m."
 CALL = hermes("calculator", expression="20 * 1000 * 78 / 60")
 FINAL = "20 km/h for 1.3 h is 26 km.\nANSWER: 26000"
-
 
 
 async def test_planner_worker_and_tools_are_captured_scored_and_trained(backend, tiny_model_path) -> None:

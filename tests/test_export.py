@@ -22,8 +22,8 @@ from fake_hub import start_fake_hub
 
 import art_agents as art
 from art_agents.local import LocalBackend
-from art_agents.server.ops.export import export_model
-from art_agents.server.ops.export_source import ExportError
+from art_agents.server.export.source import ExportError
+from art_agents.server.export.writer import export_model
 from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 from art_agents.server.storage.token_store import TokenRecord, TokenStore
 
@@ -90,7 +90,7 @@ def served_logits(trained: Trained, ids: list[int]) -> Any:
     """The full logits of the step as the server loads it: base + the checkpoint's LoRA (the server's loaders)."""
     import torch
 
-    from art_agents.server.lora_model import load_lora_weights, load_peft_model
+    from art_agents.server.models.lora_model import load_lora_weights, load_peft_model
     from art_agents.server.storage.checkpoints import checkpoint_path
 
     policy, _ = load_peft_model(str(trained.base), TOY_MODEL_CONFIG)
@@ -225,7 +225,7 @@ async def test_q8_0_stays_within_its_rounding_of_the_merged_weights(trained: Tra
 
 
 async def test_the_model_card_carries_the_evaluations(trained: Trained, tmp_path: Path) -> None:
-    from art_agents.eval_files import EvalSummary, ModelSummary, eval_folder, write_summary
+    from art_agents.evaluation.files import EvalSummary, ModelSummary, eval_folder, write_summary
 
     attempt = art.Trajectory(messages_and_choices=[{"role": "user", "content": "hi"}], reward=0.75)
     await trained.model.log([attempt], split="val")
@@ -330,7 +330,7 @@ def test_the_modelfile_template_renders_chat_as_the_chat_template_does(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from art_agents.server.ops.ollama_modelfile import measure, modelfile
+    from art_agents.server.export.ollama_modelfile import measure, modelfile
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     tokenizer.chat_template = template or tokenizer.chat_template
@@ -354,7 +354,7 @@ def test_the_modelfile_template_renders_chat_as_the_chat_template_does(
 def test_a_template_that_folds_turns_gets_no_modelfile_template(tiny_model_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    from art_agents.server.ops.ollama_modelfile import modelfile
+    from art_agents.server.export.ollama_modelfile import modelfile
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     tokenizer.chat_template = FOLDING_TEMPLATE
@@ -364,7 +364,7 @@ def test_a_template_that_folds_turns_gets_no_modelfile_template(tiny_model_path:
 
 
 async def test_export_of_a_remote_backends_model_says_where_to_run_it(tiny_model_path: Path) -> None:
-    from art_agents.remote import RemoteBackend
+    from art_agents.backends.remote import RemoteBackend
 
     model = art.TrainableModel(name="far", project="p", base_model=str(tiny_model_path), report_to=[])
     model._backend = backend = RemoteBackend("http://127.0.0.1:9")

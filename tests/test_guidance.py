@@ -15,9 +15,9 @@ from art_agents import Trajectory, TrajectoryGroup
 from art_agents.autorl.guidance import Guide
 from art_agents.autorl.scenarios import Scenario
 from art_agents.autorl.scoring import GroupScorer
+from art_agents.backends.remote import RemoteBackend
 from art_agents.capture import rollout
 from art_agents.model import Model, TrainableModel
-from art_agents.remote import RemoteBackend
 
 TASK = Scenario(id="t0", split="train", task="What is six times seven?", difficulty=1)
 RIGHT = "The answer is 42."

@@ -98,7 +98,7 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_source_is_read_whole(graph: dict[str, set[str]]) -> None:
-    assert {"art_agents.backend", "art_agents.server.engines.protocol", "art_agents.ruler.judge"} <= set(graph)
+    assert {"art_agents.backends.local", "art_agents.server.engines.protocol", "art_agents.ruler.judge"} <= set(graph)
     assert "art_agents.server.engines.protocol" in graph["art_agents.server.engines.transformers_engine"]
 
 

@@ -13,7 +13,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 import uuid
 import warnings
@@ -24,17 +23,18 @@ from typing import Any
 
 import pytest
 from langchain_core.tools import tool
-from langgraph_agents import add, hermes, tool_call
+from langgraph_agents import add, tool_call
 from mcp_fixtures import kv_http  # noqa: F401 (a fixture)
 from ruler_fixtures import answer, judge_params, shown
-from scripted_openai import QuietHTTPServer, ScriptedOpenAI
+from scripted_openai import LoopbackServer, ScriptedOpenAI
+from server_fixtures import hermes
 
 from art_agents import Model, ModelConfig, RemoteBackend, TrainableModel, TrajectoryGroup
 from art_agents.capture import record_completion, record_tool_call, rollout
 from art_agents.integrations.langfuse_traces import LangfuseReporter, LangfuseWarning
 from art_agents.integrations.langgraph import chat_model, wrap
 from art_agents.integrations.mcp import MCPServer, MCPSession
-from art_agents.reporters import StepRecord
+from art_agents.report.reporters import StepRecord
 
 ANSWER = "The answer is 5."
 TRACES = "/api/public/otel/v1/traces"
@@ -79,16 +79,15 @@ class LangfuseStandIn:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = QuietHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._server = LoopbackServer(Handler)
+        self.url = f"{self._server.url}"
 
     def __enter__(self) -> LangfuseStandIn:
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+        self._server.start(poll_interval=0.05)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
 
 def spans_of(body: bytes) -> list[dict[str, Any]]:

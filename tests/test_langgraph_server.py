@@ -4,33 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from pathlib import Path
 
 import httpx
 import pytest
 from langgraph_agents import (
     answer_then_sidecar,
     assert_matches_state,
-    hermes,
     node_of,
     prompted,
     react_agent,
     writer_then_review,
 )
+from server_fixtures import hermes, scripted_model
 
-from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
+from art_agents import TrainConfig, TrajectoryGroup
 from art_agents.integrations.langgraph import MissingCallsWarning, wrap
 from art_agents.wire import ROLLOUT_HEADER
 
 ANSWER = "The answer is 5."
-
-
-
-async def scripted_model(backend: RemoteBackend, tiny_model_path: Path, name: str, texts: list[str]) -> TrainableModel:
-    config = ModelConfig(engine="scripted", scripted_responses=texts, default_max_tokens=64)
-    model = TrainableModel(name=name, project="tests", base_model=str(tiny_model_path), config=config)
-    await model.register(backend)
-    return model
 
 
 @pytest.mark.parametrize("constructor", ["create_agent", "create_react_agent"])

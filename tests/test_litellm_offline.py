@@ -10,13 +10,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
-from scripted_openai import QuietHTTPServer
+from scripted_openai import LoopbackServer
 
 
 class CostMapServer:
@@ -38,13 +37,12 @@ class CostMapServer:
                 self.end_headers()
                 self.wfile.write(b"{}")
 
-        self._server = QuietHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/model_prices.json"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = LoopbackServer(Handler)
+        self.url = f"{self._server.url}/model_prices.json"
+        self._server.start()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
 
 @pytest.fixture

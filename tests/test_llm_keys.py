@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 import pytest
 from autorl_fixtures import TASK
 from ruler_fixtures import judge_params, make_group
-from scripted_openai import QuietHTTPServer, ScriptedOpenAI
+from scripted_openai import LoopbackServer, ScriptedOpenAI
 
 from art_agents.autorl.mcp_rl import MCPRLConfig, run_mcp_rl
 from art_agents.llm import KeyProblem
@@ -53,13 +52,12 @@ class RefusingEndpoint:
                 self.end_headers()
                 self.wfile.write(payload)
 
-        self._server = QuietHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/v1"
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = LoopbackServer(Handler)
+        self.base_url = f"{self._server.url}/v1"
+        self._server.start()
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
 
 @pytest.fixture

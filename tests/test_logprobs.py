@@ -57,7 +57,7 @@ def test_only_the_models_logits_and_one_number_per_position_are_kept_for_backwar
 def test_logits_start_at_the_first_trained_token_with_the_same_values_and_gradients(tiny_model_path) -> None:
     """A prompt-heavy batch: the head runs from the first trained column of any row on, and the trained columns'
     logprobs, the entropy and the LoRA gradients equal those of logits over every position."""
-    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.models.lora_model import load_peft_model
     from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 
     model, _ = load_peft_model(str(tiny_model_path), TOY_MODEL_CONFIG)
@@ -90,7 +90,7 @@ def test_a_prompt_every_row_shares_is_computed_once_with_the_same_values_and_gra
 ) -> None:
     """Three rows with a 150-token common prompt: one pass over the prompt (batch 1), then the rows' remainders
     over its repeated KV cache; logprobs and LoRA gradients equal the per-row pass's."""
-    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.models.lora_model import load_peft_model
     from art_agents.server.ops.family_models import build_family_model
     from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
     from art_agents.server.training.shared_prefix import sharing_for
@@ -139,7 +139,7 @@ def test_a_model_with_linear_attention_layers_or_fsdp_does_not_share(tiny_model_
     """Qwen3-Next's linear-attention layers keep recurrent states a batch repeat of the cache would not carry."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from art_agents.server.lora_model import load_peft_model
+    from art_agents.server.models.lora_model import load_peft_model
     from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
     from art_agents.server.training.shared_prefix import sharing_for
 

@@ -25,6 +25,7 @@ from mcp_fixtures import (
     kv_server,
 )
 from pydantic import ValidationError
+from server_fixtures import hermes
 
 from art_agents import (
     Model,
@@ -457,10 +458,6 @@ def test_a_parent_killed_with_sigkill_leaves_no_orphan_server(tmp_path: Path) ->
 
 
 # --- end to end with the art-agents server ----------------------------------------------------------
-
-
-def hermes(name: str, **arguments: str) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 async def test_a_model_on_the_real_server_uses_the_kv_tools_and_trains(tiny_model_path: Path, tmp_path: Path) -> None:

@@ -160,7 +160,7 @@ def test_the_servers_own_error_messages_count_as_errors_and_empty_results_earn_l
             metrics = {"tool_calls": 1, "tool_errors": 0, "malformed_tool_calls": 0}
             return Trajectory(metadata={"answer": "4"}, metrics=metrics, tool_calls=[record])
 
-        monkeypatch.setattr(bench, "library_rollout", rolled)
+        monkeypatch.setattr(sys.modules[bench.server_rollout.__module__], "library_rollout", rolled)  # mcp_rl_rollouts
         trajectory = asyncio.run(bench.server_rollout(None, scenario, None, None))
         assert trajectory.metrics["tool_errors"] == trajectory.metrics["server_error_results"] == refused, text
         assert trajectory.metrics["empty_results"] == empty, text

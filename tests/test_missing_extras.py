@@ -56,7 +56,7 @@ def test_mcp_rl_without_the_mcp_extra_says_so_in_one_line_at_once(tmp_path: Path
 
 def test_autorl_without_litellm_names_the_ruler_extra(tmp_path: Path) -> None:
     code = (
-        "import sys; sys.modules['litellm'] = None; from art_agents.cli import run; "
+        "import sys; sys.modules['litellm'] = None; from art_agents.cli.main import run; "
         "sys.argv = ['art-agents', 'autorl', '--task', 'Translate short English phrases into French.', "
         f"'--base-model', 'x', '--judge-model', 'openai/j', '--out', {str(tmp_path / 'run')!r}]; run()"
     )

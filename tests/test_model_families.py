@@ -18,7 +18,7 @@ import pytest
 from server_fixtures import start_server
 
 import art_agents as art
-from art_agents.remote import RemoteBackend
+from art_agents.backends.remote import RemoteBackend
 from art_agents.server.ops.family_models import FAMILIES, SPECS, Family, build_family_model
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.sequences import Policy, build_sequences
@@ -160,7 +160,7 @@ async def test_a_broken_call_in_the_familys_format_comes_back_as_plain_content(
 
 
 def test_gpt_oss_calls_parse_with_the_recipient_before_or_after_the_channel() -> None:
-    from art_agents.server.chat_format import parse_assistant
+    from art_agents.server.models.chat_format import parse_assistant
 
     class Plain:  # no response parser: the harmony fallback alone
         eos_token = "<|return|>"
@@ -179,7 +179,7 @@ def doctor(path: Path) -> Any:
     """`art-agents doctor --model PATH`, run in this process."""
     from typer.testing import CliRunner
 
-    from art_agents.cli import app, load_parts
+    from art_agents.cli.main import app, load_parts
 
     if not any(command.name == "doctor" for command in app.registered_commands):
         load_parts()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import json
 import socket
-import threading
 import time
 import uuid
 import warnings
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from scripted_openai import QuietHTTPServer
+from scripted_openai import LoopbackServer
 from server_fixtures import free_port
 
 import art_agents as art
@@ -28,7 +27,7 @@ from art_agents.errors import ArtError
 from art_agents.integrations import openpipe_reporting
 from art_agents.integrations.openpipe_reporting import OpenPipeReporter, OpenPipeWarning
 from art_agents.local import LocalBackend
-from art_agents.reporters import StepRecord, create_reporters, reporter_names
+from art_agents.report.reporters import StepRecord, create_reporters, reporter_names
 from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 
 KEY = f"opk-test-{uuid.uuid4().hex}"
@@ -72,16 +71,15 @@ class OpenPipeStandIn:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = QuietHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self._server.server_address[1]}/api/v1"
+        self._server = LoopbackServer(Handler)
+        self.base_url = f"{self._server.url}/api/v1"
 
     def __enter__(self) -> OpenPipeStandIn:
-        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
+        self._server.start(poll_interval=0.05)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from art_agents import TooManyExceptions, TrainConfig, TrainResult, Trajectory, TrajectoryGroup
-from art_agents.loop import train_loop
-from art_agents.pipeline import PIPELINE_TIS_CAP, pipeline_config
+from art_agents.loop.pipeline import PIPELINE_TIS_CAP, pipeline_config
+from art_agents.loop.train import train_loop
 from art_agents.trajectory import Turn
 
 

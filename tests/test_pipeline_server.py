@@ -17,9 +17,9 @@ import pytest
 from server_fixtures import ROLLOUT_MODULE, start_server
 
 from art_agents import TrainableModel
+from art_agents.backends.remote import RemoteBackend
 from art_agents.jsonl import read_groups
-from art_agents.loop import train_loop
-from art_agents.remote import RemoteBackend
+from art_agents.loop.train import train_loop
 from art_agents.train_config import ModelConfig, TrainConfig
 
 MODEL_CONFIG = ModelConfig(lora_rank=4, max_batch_size=16, default_max_tokens=6)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from server_fixtures import start_server
 
-from art_agents.backend import RemoteBackend
+from art_agents.backends.remote import RemoteBackend
 from art_agents.model import TrainableModel
 from art_agents.server.engines.transformers_engine import TransformersEngine
 from art_agents.server.ops.quickstart import TOY_CONFIG, TOY_MODEL_CONFIG, rollout_groups

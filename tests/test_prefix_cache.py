@@ -16,12 +16,12 @@ from test_engine_batching import decoding
 from test_trainer_on_policy import conversation, store_of
 
 from art_agents import TrajectoryGroup
+from art_agents.backends.remote import RemoteBackend
 from art_agents.model import TrainableModel
-from art_agents.remote import RemoteBackend
-from art_agents.server.chat_format import render_prompt_ids
 from art_agents.server.engines.prefix_cache import BLOCK, NODE_BYTES, PrefixCache
 from art_agents.server.engines.protocol import Sample, SamplingParams
 from art_agents.server.engines.transformers_engine import TransformersEngine
+from art_agents.server.models.chat_format import render_prompt_ids
 from art_agents.train_config import ModelConfig, TrainConfig
 
 SEEDED = SamplingParams(max_tokens=10, seed=5, temperature=0.9)

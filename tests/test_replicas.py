@@ -12,8 +12,8 @@ from server_fixtures import start_server
 from step_timeline import StepTimeline
 
 from art_agents import TrainableModel
+from art_agents.backends.remote import RemoteBackend
 from art_agents.errors import ServerError
-from art_agents.remote import RemoteBackend
 from art_agents.server.engines.protocol import SamplingParams
 from art_agents.server.engines.registry import load_engine
 from art_agents.server.engines.replicas import ReplicaRouter

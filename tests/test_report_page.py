@@ -21,9 +21,9 @@ import pytest
 from typer.testing import CliRunner
 
 import art_agents as art
-from art_agents.cli import app, load_parts
+from art_agents.cli.main import app, load_parts
 from art_agents.local import LocalBackend
-from art_agents.report_page import write_report
+from art_agents.report.page import write_report
 from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG
 
 SCRIPT = "<script>alert('escaped?')</script>"
@@ -246,7 +246,7 @@ def test_without_matplotlib_the_table_is_printed_and_one_line_names_the_extra(
 def test_the_terminal_table_shows_an_evaluations_reward_under_the_reward_columns(tmp_path: Path) -> None:
     from rich.console import Console
 
-    from art_agents.reporting import _table
+    from art_agents.report.command import _table
 
     rows = [
         {"step": 1, "kind": "rl", "metrics": {"reward_mean": 0.25, "reward_std": 0.1, "loss": 0.5}},

@@ -7,9 +7,9 @@ import sys
 import pytest
 
 import art_agents as art
-from art_agents import reporters
 from art_agents.errors import ArtError
-from art_agents.reporters import StepRecord
+from art_agents.report import reporters
+from art_agents.report.reporters import StepRecord
 
 
 def test_report_to_is_read_from_the_model_then_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

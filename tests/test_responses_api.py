@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from langgraph_agents import hermes
 from mcp_fixtures import KV_COMMAND
 from openai import AsyncOpenAI
+from server_fixtures import hermes, scripted_model
 
 import art_agents as art
 from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
@@ -32,13 +32,6 @@ ADD = {
     "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}},
 }
 CHAT_ADD = {"type": "function", "function": {key: ADD[key] for key in ("name", "description", "parameters")}}
-
-
-async def scripted_model(backend: RemoteBackend, tiny_model_path: Path, name: str, texts: list[str]) -> TrainableModel:
-    config = ModelConfig(engine="scripted", scripted_responses=texts, default_max_tokens=64)
-    model = TrainableModel(name=name, project="tests", base_model=str(tiny_model_path), config=config)
-    await model.register(backend)
-    return model
 
 
 def text_of(content: str | list[dict[str, Any]] | None) -> str:

@@ -16,20 +16,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from langgraph_agents import hermes
+from server_fixtures import hermes, scripted_model
 
 import art_agents as art
-from art_agents import ModelConfig, RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
+from art_agents import RemoteBackend, TrainableModel, TrainConfig, TrajectoryGroup
 
 AGENT = Path(__file__).parent / "agents" / "subprocess_agent.py"
 ANSWER = "2 + 3 = 5."
-
-
-async def scripted_model(backend: RemoteBackend, tiny_model_path: Path, name: str, texts: list[str]) -> TrainableModel:
-    config = ModelConfig(engine="scripted", scripted_responses=texts, default_max_tokens=64)
-    model = TrainableModel(name=name, project="tests", base_model=str(tiny_model_path), config=config)
-    await model.register(backend)
-    return model
 
 
 async def run_agent(base_url: str, model: str, api_key: str) -> dict[str, str]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -22,7 +21,7 @@ import litellm
 import pytest
 from pydantic import PrivateAttr
 from ruler_fixtures import judge_by_quality, make_group
-from scripted_openai import QuietHTTPServer
+from scripted_openai import LoopbackServer
 
 from art_agents.llm import retry_after_s
 from art_agents.ruler import Backoff, RulerError, ruler_score_group
@@ -53,12 +52,12 @@ class FlakyJudge:
         self.script = list(script)
         self.repeat = repeat  # keep answering the first step
         self.arrivals: list[float] = []
-        self._server = QuietHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = LoopbackServer(self._handler())
 
     def params(self, **extra: Any) -> dict[str, Any]:
         return {
             "judge_model": "openai/judge",
-            "api_base": f"http://127.0.0.1:{self._server.server_address[1]}/v1",
+            "api_base": f"{self._server.url}/v1",
             "api_key": "sk-test",
             "timeout": 60,  # loopback answers at once; a busy machine must not turn that into a timeout
             "cache_dir": None,
@@ -106,12 +105,11 @@ class FlakyJudge:
         return Handler
 
     def __enter__(self) -> FlakyJudge:
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.close()
 
 
 @pytest.fixture

@@ -151,7 +151,7 @@ def test_api_key_is_required_when_set(tmp_path: Path) -> None:
 def test_non_loopback_bind_without_api_key_is_refused() -> None:
     from typer.testing import CliRunner
 
-    from art_agents.cli import app, load_parts
+    from art_agents.cli.main import app, load_parts
     from art_agents.server.ops.cli import check_bind
 
     check_bind("127.0.0.1", None)

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from art_agents.backend import LocalBackend
+from art_agents.backends.local import LocalBackend
 from art_agents.capture import rollout
 from art_agents.model import TrainableModel
 
@@ -37,7 +37,7 @@ def test_tiny_model_command_builds_a_loadable_model(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from typer.testing import CliRunner
 
-    from art_agents.cli import app, load_parts
+    from art_agents.cli.main import app, load_parts
 
     load_parts()
     result = CliRunner().invoke(app, ["tiny-model", str(tmp_path / "llama"), "--arch", "llama"])

@@ -17,7 +17,7 @@ import httpx
 from server_fixtures import start_server
 from test_server_admin import MESSAGES, register, trajectory
 
-from art_agents.backend import LocalBackend
+from art_agents.backends.local import LocalBackend
 from art_agents.model import TrainableModel
 from art_agents.server.storage.checkpoints import latest_step, list_checkpoints
 from art_agents.server.storage.token_store import TokenStore

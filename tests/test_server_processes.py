@@ -1,4 +1,4 @@
-"""server/processes.py: pid liveness, and a server that shuts down once the process that started it dies."""
+"""server/host/processes.py: pid liveness, and a server that shuts down once the process that started it dies."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import time
 
 import psutil
 
-from art_agents.server.processes import is_alive
+from art_agents.server.host.processes import is_alive
 
 # The parent starts the child and prints its pid; the child watches the parent, says so, and waits.
 CHILD = textwrap.dedent("""
     import os, time
-    from art_agents.server.processes import exit_with_parent
+    from art_agents.server.host.processes import exit_with_parent
     exit_with_parent(os.getppid(), interval_s=0.05)
     print("watching", flush=True)
     time.sleep(60)

@@ -202,7 +202,7 @@ def test_an_unauthenticated_body_is_refused_before_it_is_read(tmp_path: Path) ->
 
 
 def test_rollout_counts_and_tokens_of_deleted_steps_are_pruned(tmp_path: Path) -> None:
-    from art_agents.server.rollout_log import RolloutLog
+    from art_agents.server.serving.rollout_log import RolloutLog
     from art_agents.server.storage.token_store import TokenRecord, TokenStore
     from art_agents.wire import RolloutCall
 
@@ -225,7 +225,7 @@ def test_rollout_counts_and_tokens_of_deleted_steps_are_pruned(tmp_path: Path) -
 
 def test_base_models_come_from_the_hub_or_allowed_folders_only(tmp_path: Path, tiny_model_path: Path) -> None:
     from art_agents.server.errors import ServiceError
-    from art_agents.server.model_sources import ModelSources
+    from art_agents.server.models.model_sources import ModelSources
 
     anywhere = ModelSources.of(None)
     anywhere.check("/etc")  # the operator's own loopback server loads what it is given

@@ -53,7 +53,7 @@ def test_completion_answers_name_at_step_and_is_recorded_exactly(
 ) -> None:
     from transformers import AutoTokenizer
 
-    from art_agents.server.chat_format import render_prompt_ids
+    from art_agents.server.models.chat_format import render_prompt_ids
 
     response = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=12, seed=3)
     assert response.model == "tiny@0"

@@ -17,10 +17,10 @@ from server_fixtures import start_server
 from test_training_trainer import lora_model, sampled
 
 from art_agents import Trajectory, TrajectoryGroup
+from art_agents.backends.remote import RemoteBackend
 from art_agents.capture import rollout
 from art_agents.errors import ArtError
 from art_agents.model import Model, TrainableModel
-from art_agents.remote import RemoteBackend
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.sequences import build_sequences
 from art_agents.server.training.trainer import PolicyTrainer

@@ -22,9 +22,9 @@ from server_fixtures import start_server
 from test_training_trainer import groups_for
 
 from art_agents import TrainableModel, Trajectory, TrajectoryGroup, rollout
+from art_agents.backends.remote import RemoteBackend
 from art_agents.errors import ArtError
-from art_agents.remote import RemoteBackend
-from art_agents.server.lora_model import load_peft_model, training_gpus
+from art_agents.server.models.lora_model import load_peft_model, training_gpus
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.policy_model import PolicyModel
 from art_agents.server.training.ranks import trainable_weights

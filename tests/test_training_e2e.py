@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from server_fixtures import start_server
 
-from art_agents.backend import LocalBackend
+from art_agents.backends.local import LocalBackend
+from art_agents.backends.remote import RemoteBackend
 from art_agents.errors import ArtError
 from art_agents.model import TrainableModel
-from art_agents.remote import RemoteBackend
 from art_agents.server.ops.quickstart import TOY_CONFIG, TOY_MODEL_CONFIG, rollout_groups, train_toy_task
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.train_config import TrainConfig

@@ -11,7 +11,7 @@ import torch
 from trl_reference import trl_nanstd
 
 from art_agents.capture import record_completion
-from art_agents.server.chat_format import parse_assistant, render_prompt_ids
+from art_agents.server.models.chat_format import parse_assistant, render_prompt_ids
 from art_agents.server.storage.token_store import TokenRecord, TokenStore
 from art_agents.server.training.advantages import group_advantages
 from art_agents.server.training.sequences import TrainingInputError, build_sequences

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from art_agents.capture import record_completion
-from art_agents.server.chat_format import render_prompt_ids
+from art_agents.server.models.chat_format import render_prompt_ids
 from art_agents.server.storage.checkpoints import (
     append_history,
     checkpoint_path,

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from server_fixtures import start_server
 
-from art_agents.server.chat_format import render_prompt_ids
 from art_agents.server.engines.protocol import OlderStep, SamplingParams
 from art_agents.server.engines.vllm_engine import VLLMEngine, VLLMError, vllm_args
 from art_agents.server.engines.vllm_process import VLLMUnavailable
-from art_agents.server.lora_model import load_peft_model
+from art_agents.server.models.chat_format import render_prompt_ids
+from art_agents.server.models.lora_model import load_peft_model
 from art_agents.server.storage import checkpoints
 from art_agents.train_config import ModelConfig
 
@@ -231,8 +231,8 @@ async def test_vllm_dying_mid_request_fails_it_then_restarts_with_the_step_reloa
 
 
 async def serve_vllm_model(url: str, base: Path, config: ModelConfig) -> Any:
+    from art_agents.backends.remote import RemoteBackend
     from art_agents.model import TrainableModel
-    from art_agents.remote import RemoteBackend
 
     model = TrainableModel(name="v", project="p", base_model=str(base), config=config)
     await model.register(RemoteBackend(url))

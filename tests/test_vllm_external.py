@@ -11,8 +11,8 @@ import httpx
 import pytest
 from server_fixtures import free_port, start_server
 
+from art_agents.backends.remote import RemoteBackend
 from art_agents.model import TrainableModel
-from art_agents.remote import RemoteBackend
 from art_agents.server.engines.vllm_engine import VLLMEngine, vllm_args
 from art_agents.server.engines.vllm_process import VLLMUnavailable
 from art_agents.train_config import ModelConfig

@@ -17,8 +17,8 @@ from server_fixtures import free_port, start_server
 from step_timeline import StepTimeline
 
 from art_agents import TrainableModel
+from art_agents.backends.remote import RemoteBackend
 from art_agents.errors import ArtError
-from art_agents.remote import RemoteBackend
 from art_agents.server.engines.registry import load_engine
 from art_agents.server.engines.vllm_engine import vllm_args
 from art_agents.server.engines.vllm_process import VLLMUnavailable

@@ -21,7 +21,7 @@ import art_agents as art
 from art_agents.errors import ArtError
 from art_agents.integrations.wandb_metrics import STEP_METRIC, WandbReporter
 from art_agents.local import LocalBackend
-from art_agents.reporters import StepRecord, create_reporters, reporter_names
+from art_agents.report.reporters import StepRecord, create_reporters, reporter_names
 from art_agents.server.ops.quickstart import TOY_MODEL_CONFIG, rollout_groups
 
 BLOCK, HEADER = 32768, 7  # LevelDB log: 32 KiB blocks, 7-byte record headers (crc32, length, type)

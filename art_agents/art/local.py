@@ -1,5 +1,5 @@
 """ART's `art.local` import path: `from art_agents.local import LocalBackend`."""
 
-from art_agents.backend import LocalBackend
+from art_agents.backends.local import LocalBackend
 
 __all__ = ["LocalBackend"]

@@ -19,7 +19,7 @@ def cli_reference() -> str:
     import typer
     import typer.core
 
-    from art_agents.cli import app, load_parts
+    from art_agents.cli.main import app, load_parts
 
     load_parts()
     group = typer.main.get_command(app)

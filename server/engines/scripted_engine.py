@@ -14,7 +14,7 @@ from typing import Any
 from art_agents.server.engines.protocol import OlderStep, Sample
 from art_agents.server.engines.requests import Request
 from art_agents.server.engines.transformers_engine import TransformersEngine
-from art_agents.server.lora_model import load_peft_model
+from art_agents.server.models.lora_model import load_peft_model
 from art_agents.train_config import ModelConfig
 
 

@@ -40,8 +40,8 @@ from art_agents.server.engines.protocol import EngineBusy, OlderStep, Sample, Sa
 from art_agents.server.engines.requests import Request, Row, truncate_at_stop
 from art_agents.server.engines.sampler import row_random, sample
 from art_agents.server.engines.stream_text import IncrementalDecoder
-from art_agents.server.lora_model import load_lora_weights, load_peft_model, stop_token_ids
-from art_agents.server.memory import trim_heap
+from art_agents.server.host.memory import trim_heap
+from art_agents.server.models.lora_model import load_lora_weights, load_peft_model, stop_token_ids
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")

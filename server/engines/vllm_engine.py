@@ -41,7 +41,7 @@ from art_agents.server.engines.requests import truncate_at_stop
 from art_agents.server.engines.vllm_external import ExternalVLLM
 from art_agents.server.engines.vllm_process import VLLMLaunch, VLLMProcess, VLLMUnavailable, vllm_python
 from art_agents.server.errors import ServiceError
-from art_agents.server.lora_model import load_generation_config, load_tokenizer, stop_token_ids, training_gpus
+from art_agents.server.models.lora_model import load_generation_config, load_tokenizer, stop_token_ids, training_gpus
 from art_agents.server.storage.checkpoints import checkpoint_path
 from art_agents.train_config import ModelConfig
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,8 +22,9 @@ from pathlib import Path
 
 import httpx
 
+from art_agents.backends.ports import free_port
 from art_agents.server.errors import ServiceError
-from art_agents.server.processes import end_group_with
+from art_agents.server.host.processes import end_group_with
 
 log = logging.getLogger("art_agents.server")
 
@@ -92,7 +92,7 @@ class VLLMProcess:
     def _launch(self) -> None:
         with self._lock:
             self._ready.clear()
-            port = _free_port()
+            port = free_port()
             self.launch.log_path.parent.mkdir(parents=True, exist_ok=True)
             self._log_offset = self.launch.log_path.stat().st_size if self.launch.log_path.exists() else 0
             with self.launch.log_path.open("ab") as out:
@@ -205,9 +205,3 @@ class VLLMProcess:
         return (
             f"; vLLM's log ({self.launch.log_path}) ends:\n{tail}" if tail else f"; vLLM's log: {self.launch.log_path}"
         )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from art_agents.server.chat_format import hermes_call
-from art_agents.server.completions import ChatPlan, Completed, StreamDelta, StreamItem
 from art_agents.server.errors import ServiceError, describe
 from art_agents.server.formats.refusals import Refusals, refuse_unless_neutral
+from art_agents.server.models.chat_format import hermes_call
+from art_agents.server.serving.completions import ChatPlan, Completed, StreamDelta, StreamItem
 
 # Top-level fields that would change what is sampled or its format: refused by name unless neutral.
 UNSUPPORTED: Refusals = {

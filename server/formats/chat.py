@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from art_agents.server.completions import StreamDelta, StreamItem
 from art_agents.server.errors import describe
 from art_agents.server.formats.refusals import Refusals, refuse_forced_tool, refuse_unless_neutral
+from art_agents.server.serving.completions import StreamDelta, StreamItem
 
 # Fields that would change what is sampled or its format, which this server cannot honour: refused by
 # name unless given their neutral value, instead of being silently ignored.

@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from art_agents.server.completions import StreamDelta, StreamItem
 from art_agents.server.errors import ServiceError, describe
 from art_agents.server.formats.chat import UNSUPPORTED
 from art_agents.server.formats.refusals import Refusals, refuse_forced_tool, refuse_unless_neutral
+from art_agents.server.serving.completions import StreamDelta, StreamItem
 
 LOGPROBS = "message.output_text.logprobs"
 

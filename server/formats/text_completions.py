@@ -19,12 +19,12 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from art_agents.server.completions import ChatPlan, StreamDelta, StreamItem, check_fits, sampling_params
 from art_agents.server.engines.protocol import OlderStep
 from art_agents.server.errors import ServiceError, describe
 from art_agents.server.formats.chat import UNSUPPORTED
 from art_agents.server.formats.refusals import Refusals, refuse_unless_neutral
-from art_agents.server.served_model import ServedModel
+from art_agents.server.serving.completions import ChatPlan, StreamDelta, StreamItem, check_fits, sampling_params
+from art_agents.server.serving.served_model import ServedModel
 
 Prompt = str | list[int]
 

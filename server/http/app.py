@@ -33,7 +33,7 @@ from art_agents.server.http.openai_routes import openai_routes
 from art_agents.server.http.responses_routes import responses_routes
 from art_agents.server.http.rollout_scope import RolloutScope
 from art_agents.server.http.text_completion_routes import text_completion_routes
-from art_agents.server.model_sources import ModelSources
+from art_agents.server.models.model_sources import ModelSources
 from art_agents.server.service import ArtService
 
 log = logging.getLogger("art_agents.server")

@@ -8,8 +8,8 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from art_agents import wire
-from art_agents.server.served_model import check_name
 from art_agents.server.service import ArtService
+from art_agents.server.serving.served_model import check_name
 
 
 def art_routes(service: ArtService) -> APIRouter:

@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from fastapi import Request
 
-from art_agents.server.completions import ChatPlan
+from art_agents.server.serving.completions import ChatPlan
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from art_agents.server.errors import ServiceError
 from art_agents.server.formats.errors import error_response, shape_of
-from art_agents.server.rollout_log import RolloutLog
+from art_agents.server.serving.rollout_log import RolloutLog
 from art_agents.wire import ROLLOUT_HEADER, ROLLOUT_PATH, ROLLOUT_RECORD_HEADER
 
 _SCOPED = re.compile(rf"{ROLLOUT_PATH}/([A-Za-z0-9_.:-]{{1,128}})(/v1/.*)\Z")

@@ -12,7 +12,6 @@ from typing import Any
 from fastapi import APIRouter, Header, Request
 from fastapi.responses import StreamingResponse
 
-from art_agents.server.completions import ChatPlan
 from art_agents.server.formats.text_completions import (
     TextCompletionRequest,
     plan_text_completion,
@@ -21,6 +20,7 @@ from art_agents.server.formats.text_completions import (
 )
 from art_agents.server.http.disconnect import watched
 from art_agents.server.service import ArtService
+from art_agents.server.serving.completions import ChatPlan
 from art_agents.wire import ROLLOUT_HEADER, ROLLOUT_RECORD_HEADER
 
 

@@ -1,4 +1,4 @@
-"""`art-agents serve`, `doctor`, `tiny-model`, `quickstart`, `export` (in export_command.py) and `trainer-node`
+"""`art-agents serve`, `doctor`, `tiny-model`, `quickstart`, `export` (in server/export/command.py) and `trainer-node`
 (in trainer_node_command.py)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Annotated
 
 import typer
 
-from art_agents.backend import DEFAULT_ART_PATH
+from art_agents.backends.local import DEFAULT_ART_PATH
 from art_agents.extras import require_extra
-from art_agents.server.cpu_threads import THREADS_ENV, use_cpu_threads
-from art_agents.server.ops.export_command import export
+from art_agents.server.export.command import export
+from art_agents.server.host.cpu_threads import THREADS_ENV, use_cpu_threads
 from art_agents.server.ops.quickstart import ROLLOUTS_PER_GROUP
 from art_agents.server.ops.trainer_node_command import trainer_node
 from art_agents.wire import RegisterRequest
@@ -119,7 +119,7 @@ def serve(
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if exit_with_parent is not None:
-        from art_agents.server.processes import exit_with_parent as watch_parent
+        from art_agents.server.host.processes import exit_with_parent as watch_parent
 
         watch_parent(exit_with_parent)
     use_cpu_threads(cpu_threads)
@@ -136,7 +136,7 @@ def _start_up_models(model: str | None, base_model: str | None, project: str) ->
         raise ValueError("--model and --base-model go together: --model NAME --base-model PATH_OR_HUB_ID")
     from art_agents.names import check_safe_name
     from art_agents.server.errors import ServiceError
-    from art_agents.server.model_sources import ModelSources
+    from art_agents.server.models.model_sources import ModelSources
 
     check_safe_name(model, "--model")
     check_safe_name(project, "--project")
@@ -203,9 +203,9 @@ def doctor(
 
 def _doctor_model(base_model: str) -> None:
     from art_agents.server.errors import ServiceError
-    from art_agents.server.lora_model import load_tokenizer
-    from art_agents.server.model_family import family_report
-    from art_agents.server.model_sources import ModelSources
+    from art_agents.server.models.lora_model import load_tokenizer
+    from art_agents.server.models.model_family import family_report
+    from art_agents.server.models.model_sources import ModelSources
     from art_agents.train_config import ModelConfig
 
     try:
@@ -267,7 +267,7 @@ def quickstart(
 ) -> None:
     """Train the tiny model offline on a toy reward and print the reward going up; a rerun continues."""
     require_extra("server", purpose="art-agents quickstart", load=False)
-    from art_agents.cli import run_job
+    from art_agents.cli.main import run_job
     from art_agents.server.ops.quickstart import model_folder, train_quickstart
 
     def interrupted() -> str:

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from art_agents.backend import DEFAULT_ART_PATH
+from art_agents.backends.local import DEFAULT_ART_PATH
 from art_agents.capture import rollout
 from art_agents.gather import gather_trajectory_groups
 from art_agents.train_config import ModelConfig, TrainConfig
@@ -194,7 +194,7 @@ async def train_quickstart(
     deletes the quickstart's model first. Returns the rounds run (none when already at `steps`, or
     when the last run stalled at this step with at least `rollouts` rollouts per group).
     """
-    from art_agents.backend import LocalBackend
+    from art_agents.backends.local import LocalBackend
     from art_agents.model import TrainableModel
     from art_agents.server.ops.tiny_model import build_tiny_model
     from art_agents.server.storage.checkpoints import latest_step

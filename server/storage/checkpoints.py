@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from art_agents.atomic import append_line
-from art_agents.server.processes import is_alive
+from art_agents.server.host.processes import is_alive
 from art_agents.wire import CheckpointInfo
 
 TRAINER_STATE = "trainer_state.json"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from art_agents.server.lora_model import load_lora_weights, load_peft_model, with_base_of
+from art_agents.server.models.lora_model import load_lora_weights, load_peft_model, with_base_of
 from art_agents.train_config import ModelConfig
 
 

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from art_agents.server.chat_format import oversized, render_ids, render_prompt_ids
+from art_agents.server.models.chat_format import oversized, render_ids, render_prompt_ids
 from art_agents.trajectory import TrajectoryGroup, Turn
 
 if TYPE_CHECKING:
@@ -363,3 +363,17 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
             break
         n += 1
     return n
+
+
+def check_groups(groups: list[TrajectoryGroup]) -> None:
+    """Refuses a train call without groups, with an empty group, or without model turns to train on."""
+    if not groups:
+        raise TrainingInputError("no trajectory groups to train on; pass at least one group")
+    for g, group in enumerate(groups):
+        if not group.trajectories:
+            raise TrainingInputError(f"groups[{g}] has no trajectories; drop empty groups before training")
+        if not any(t.turns for t in group.trajectories):
+            raise TrainingInputError(
+                f"groups[{g}] has no model turns to train on; record rollouts with the client's openai_client() "
+                "(or set Trajectory.turns) so the server can find the sampled tokens"
+            )

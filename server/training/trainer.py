@@ -34,6 +34,7 @@ from art_agents.server.training.sequences import (
     TrainingInputError,
     TrainSequence,
     build_sequences,
+    check_groups,
     sft_sequences,
 )
 from art_agents.server.training.shared_prefix import PrefixSharing, sharing_for
@@ -101,7 +102,7 @@ class PolicyTrainer:
         sampled more than `config.max_staleness` steps ago are refused.
         """
         started = time.perf_counter()
-        _check_groups(groups)
+        check_groups(groups)
         advantages = group_advantages(groups, scale_rewards=config.scale_rewards, min_group_std=config.min_group_std)
         sequences, stats = build_sequences(
             groups, self.store, self.tokenizer, advantages.values, advantages.kept, policy
@@ -425,19 +426,6 @@ def _timed(metrics: dict[str, float], started: float) -> dict[str, float]:
     if metrics.get("optimizer_steps"):
         metrics["tokens_per_s"] = metrics["tokens_trained"] / metrics["train_s"]
     return metrics
-
-
-def _check_groups(groups: list[TrajectoryGroup]) -> None:
-    if not groups:
-        raise TrainingInputError("no trajectory groups to train on; pass at least one group")
-    for g, group in enumerate(groups):
-        if not group.trajectories:
-            raise TrainingInputError(f"groups[{g}] has no trajectories; drop empty groups before training")
-        if not any(t.turns for t in group.trajectories):
-            raise TrainingInputError(
-                f"groups[{g}] has no model turns to train on; record rollouts with the client's openai_client() "
-                "(or set Trajectory.turns) so the server can find the sampled tokens"
-            )
 
 
 def _activation_checkpointing(model: Any, *, on: bool) -> None:

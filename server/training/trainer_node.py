@@ -19,7 +19,7 @@ import threading
 import time
 from types import FrameType
 
-from art_agents.server.processes import how_it_ended
+from art_agents.server.host.processes import how_it_ended
 from art_agents.server.training.group_store import BEAT_S, GroupStore
 from art_agents.server.training.trainer_processes import STOP_WAIT_S, WORKER
 

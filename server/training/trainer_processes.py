@@ -25,7 +25,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NoReturn
 
-from art_agents.server.processes import how_it_ended
+from art_agents.server.host.processes import how_it_ended
 from art_agents.server.training.group_store import GroupStore, host_store
 from art_agents.server.training.node_watch import NodeWatch, rank_name
 from art_agents.server.training.policy_model import PolicyModel

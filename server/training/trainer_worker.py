@@ -68,7 +68,7 @@ def receive(conn: Connection) -> Any:
 
 
 def main(address: str, generation: int, rank: int, fd: int | None) -> None:
-    from art_agents.server.processes import exit_with_parent
+    from art_agents.server.host.processes import exit_with_parent
     from art_agents.server.training.group_store import GroupStore
 
     conn = Connection(fd) if fd is not None else None
@@ -120,7 +120,7 @@ def _join(setup: WorkerSetup, rank: int, group: GroupStore) -> Any:
     import torch
     import torch.distributed as dist
 
-    from art_agents.server.lora_model import load_peft_model, trainer_devices
+    from art_agents.server.models.lora_model import load_peft_model, trainer_devices
     from art_agents.server.storage.token_store import TokenStore
     from art_agents.server.training.ranks import Ranks, sharded_optimizer_state
     from art_agents.server.training.trainer import PolicyTrainer

@@ -11,22 +11,16 @@ bar follows `art_agents.progress` (drawn on a terminal, wiped when done).
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import inspect
-import logging
 import math
 import random
-import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from art_agents.progress import progress_bar
+from art_agents.tasks import retry
 
 T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
-logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -73,58 +67,4 @@ def iterate_dataset(
         bar.close()
 
 
-__all__ = ["DatasetBatch", "iterate_dataset"]
-
-
-def retry(
-    max_attempts: int = 3,
-    delay: float = 0.25,
-    backoff_factor: float = 2.0,
-    exceptions: tuple[type[BaseException], ...] = (Exception,),
-    on_retry: Callable[[BaseException, int], None] | None = None,
-) -> Callable[[F], F]:
-    """ART's `@art.retry`: call the (sync or async) function again when it raises one of `exceptions`,
-    at most `max_attempts` calls, waiting `delay` seconds times `backoff_factor` per failure before
-    each new one. `on_retry(exception, attempt)` replaces the warning logged for each failure."""
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be at least 1, got {max_attempts}")
-
-    def failed(func: Callable[..., Any], exc: BaseException, attempt: int) -> float:
-        if on_retry is not None:
-            on_retry(exc, attempt)
-        else:
-            logger.warning(
-                "retry %d/%d of %s after %s: %s", attempt, max_attempts, func.__name__, type(exc).__name__, exc
-            )
-        return delay * backoff_factor ** (attempt - 1)
-
-    def decorate(func: F) -> F:
-        if inspect.iscoroutinefunction(func):
-
-            @functools.wraps(func)
-            async def call_async(*args: Any, **kwargs: Any) -> Any:
-                for attempt in range(1, max_attempts + 1):
-                    try:
-                        return await func(*args, **kwargs)
-                    except exceptions as exc:
-                        if attempt == max_attempts:
-                            raise
-                        await asyncio.sleep(failed(func, exc, attempt))
-                raise AssertionError("unreachable")
-
-            return call_async  # type: ignore[return-value]
-
-        @functools.wraps(func)
-        def call(*args: Any, **kwargs: Any) -> Any:
-            for attempt in range(1, max_attempts + 1):
-                try:
-                    return func(*args, **kwargs)
-                except exceptions as exc:
-                    if attempt == max_attempts:
-                        raise
-                    time.sleep(failed(func, exc, attempt))
-            raise AssertionError("unreachable")
-
-        return call  # type: ignore[return-value]
-
-    return decorate
+__all__ = ["DatasetBatch", "iterate_dataset", "retry"]

@@ -4,7 +4,7 @@
 files) into ART's row shape, one dict per trajectory: model, split, step, reward, group_number, messages, logs,
 `metric_*` and `metadata_*`. It is a list of dicts, not a polars DataFrame (`polars.DataFrame(rows)` makes one).
 A step of ours that `art.evaluate` ran is filed under its model at that step; any other evaluated model at step 0.
-The charts draw with `art_agents.eval_charts` and return a matplotlib Figure, as ART's do; the comparison bar is
+The charts draw with `art_agents.evaluation.charts` and return a matplotlib Figure, as ART's do; the comparison bar is
 each model's last step with its 95% bootstrap interval (ART stacks first and last step instead).
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from art_agents.comparison import mean_ci
-from art_agents.eval_files import EVAL_FOLDER, read_runs
+from art_agents.evaluation.comparison import mean_ci
+from art_agents.evaluation.files import EVAL_FOLDER, read_runs
 from art_agents.extras import require_extra
 from art_agents.jsonl import read_groups
 from art_agents.trajectory import Trajectory
@@ -94,7 +94,7 @@ def percentage_comparison_bar_chart(
     perfect_score: float | None = None,
 ) -> Figure:
     """Each model's metric at its last step, with the 95% bootstrap interval over its rows."""
-    from art_agents.eval_charts import draw_bars, figure
+    from art_agents.evaluation.charts import draw_bars, figure
 
     require_extra("report", purpose="benchmarking charts")
     last = {shown: steps[max(steps)] for shown, steps in _values(df, metric_name, models).items()}
@@ -118,7 +118,7 @@ def training_progress_chart(
     legend_loc: str | None = "lower right",
 ) -> Figure:
     """The metric's mean per step, a line per model; a model evaluated once is a dashed level line."""
-    from art_agents.eval_charts import figure
+    from art_agents.evaluation.charts import figure
 
     require_extra("report", purpose="benchmarking charts")
     values = _values(df, metric_name, models)
