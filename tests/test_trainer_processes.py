@@ -63,7 +63,7 @@ def assert_same_update(
         torch.testing.assert_close(w2[name], w1[name], atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+@pytest.mark.parametrize("sharding", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])  # FSDP2's 15 s: in CI
 def test_two_processes_train_as_one(
     sharding: str, tiny_model_path: Path, tokenizer: Any, store: TokenStore, tmp_path: Path
 ) -> None:
@@ -99,6 +99,7 @@ def test_two_processes_train_as_one(
         processes.stop()
 
 
+@pytest.mark.slow  # two trainer processes, one killed mid-step, then two new ones
 def test_a_process_killed_mid_step_fails_it_by_rank_and_the_next_step_starts_anew(
     tiny_model_path: Path, tokenizer: Any, store: TokenStore, tmp_path: Path
 ) -> None:
