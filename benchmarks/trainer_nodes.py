@@ -38,12 +38,13 @@ def measure(
     path: Path, rows: list[dict[str, Any]], train_config: Any, work: Path, rounds: int, device: str
 ) -> dict[str, Summary]:
     """Per side, `form` (first step minus steady step) and `step` (steady step) seconds for each round."""
+    from art_agents.backends.ports import free_port
     from art_agents.server.models.lora_model import load_peft_model
     from art_agents.server.storage.token_store import TokenStore
     from art_agents.server.training.ranks import trainable_weights
     from art_agents.server.training.sequences import Policy
     from art_agents.server.training.step_work import StepWork
-    from art_agents.server.training.trainer_processes import TrainerProcesses, free_port
+    from art_agents.server.training.trainer_processes import TrainerProcesses
     from art_agents.train_config import ModelConfig
 
     shared = work / "shared"

@@ -25,6 +25,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any, NoReturn
 
+from art_agents.backends.ports import free_port
 from art_agents.server.host.processes import how_it_ended
 from art_agents.server.training.group_store import GroupStore, host_store
 from art_agents.server.training.node_watch import NodeWatch, rank_name
@@ -244,9 +245,3 @@ def rendezvous_of(config: ModelConfig) -> str | None:
     if config.trainer_nodes == 1:
         return f"127.0.0.1:{free_port()}"
     return config.trainer_rendezvous or os.environ.get(RENDEZVOUS_ENV) or None
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
