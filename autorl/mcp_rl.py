@@ -34,7 +34,8 @@ from art_agents.autorl.sft_warmup import Warmup, check_teacher, pending, sft_war
 from art_agents.autorl.temperature import AdaptiveTemperature
 from art_agents.autorl.tool_rollout import server_rollout
 from art_agents.integrations.mcp import MCPServer
-from art_agents.loop.train import StepRecord, load_function, train_loop
+from art_agents.jobs import load_function
+from art_agents.loop.train import StepRecord, train_loop
 from art_agents.model import TrainableModel
 
 Echo = Callable[[str], None]

@@ -1,7 +1,7 @@
 """The server's state and operations, independent of HTTP: the facade `create_app` calls.
 
 `ArtService` holds every registered model (`ServedModel`) and delegates the work: opening a model
-(serving/served_model.py), chat completions (serving/completions.py) and train calls (training/train_steps.py).
+(serving/served_model.py), chat completions (serving/completions.py) and train calls (serving/train_steps.py).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from art_agents.server.serving.completions import (
 from art_agents.server.serving.rollout_log import RolloutLog
 from art_agents.server.serving.served_model import ServedModel, check_name, open_served_model
 from art_agents.server.storage import checkpoints
-from art_agents.server.training.checkpoint_fork import fork_checkpoint
-from art_agents.server.training.train_steps import record_log, sft_events, train_events
+from art_agents.server.serving.checkpoint_fork import fork_checkpoint
+from art_agents.server.serving.train_steps import record_log, sft_events, train_events
 from art_agents.wire import (
     DEFAULT_BEST_METRIC,
     CheckpointInfo,
@@ -161,7 +161,7 @@ class ArtService:
             return deleted
 
     async def fork(self, name: str, request: ForkRequest) -> ForkResult:
-        """Serve another model's checkpoint as this model's (see training/checkpoint_fork.py)."""
+        """Serve another model's checkpoint as this model's (see serving/checkpoint_fork.py)."""
         served = self.get(name)
         source = self.model_dir(
             check_name(request.from_project or served.info.project, "from_project"),

@@ -125,3 +125,53 @@ def test_engines_and_training_meet_only_at_the_engine_protocol(
         if within(target, f"art_agents.server.{other}") and target not in allowed
     }
     assert crossing == set()
+
+
+# The parts inside the server and inside the core, bottom first: a part imports only parts below it (docs/architecture.md).
+SERVER_PARTS = ["errors", "host", "models", "storage", "engines", "training", "serving", "formats", "export", "service"]
+SERVER_PARTS += ["http", "ops"]
+CORE_PARTS = ["evaluation", "report", "backends", "loop", "cli"]  # over the core's flat modules (types, capture, wire)
+
+
+@pytest.mark.parametrize(("package", "parts"), [("art_agents.server", SERVER_PARTS), ("art_agents", CORE_PARTS)])
+def test_no_part_imports_a_part_above_it(graph: dict[str, set[str]], package: str, parts: list[str]) -> None:
+    def rank(module: str) -> int | None:
+        part = module.removeprefix(f"{package}.").split(".")[0] if module.startswith(f"{package}.") else None
+        return parts.index(part) if part in parts else None
+
+    upward = {
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if (low := rank(module)) is not None and (high := rank(target)) is not None and high > low
+    }
+    assert upward == set()
+
+
+def with_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Importing `a.b.c` runs `a` and `a.b` first: the graph with those edges, in which a package's face counts."""
+    out = {module: set(targets) for module, targets in graph.items()}
+    for module, targets in graph.items():
+        for target in targets:
+            parent = target.rpartition(".")[0]
+            while parent and parent in graph:
+                if parent != module and not module.startswith(f"{parent}."):
+                    out[module].add(parent)
+                parent = parent.rpartition(".")[0]
+    return out
+
+
+def test_no_circle_runs_through_a_package_face(graph: dict[str, set[str]]) -> None:
+    assert circles(with_packages(graph)) == []
+
+
+def test_no_module_over_450_lines_or_function_over_80() -> None:
+    paths = [*source_modules().values(), *sorted((ROOT / "benchmarks").glob("*.py"))]
+    long_modules = [(p.name, n) for p in paths if (n := len(p.read_text(encoding="utf-8").splitlines())) > 450]
+    long_functions = [
+        (f"{p.relative_to(ROOT)}:{node.name}", node.end_lineno - node.lineno + 1)
+        for p in paths
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 80
+    ]
+    assert (long_modules, long_functions) == ([], [])

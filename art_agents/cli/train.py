@@ -22,7 +22,8 @@ def train(
 
     from art_agents.cli.main import settings_error
     from art_agents.errors import ArtError
-    from art_agents.loop.train import TrainJob, run_job
+    from art_agents.jobs import TrainJob
+    from art_agents.loop.train import run_job
 
     # the rollout module usually sits beside the job file, or in the folder the command runs from
     sys.path[:0] = [str(job_file.resolve().parent), str(Path.cwd())]

@@ -16,7 +16,7 @@ from art_agents import parts
 
 if TYPE_CHECKING:
     from art_agents.evaluation.run import Evaluation
-    from art_agents.loop.train import TrainJob
+    from art_agents.jobs import TrainJob
     from art_agents.model import TrainableModel
 
 Registered = Callable[[], AbstractAsyncContextManager["TrainableModel"]]
@@ -88,7 +88,7 @@ def eval_job(
     if scenarios is None:
         typer.echo("error: a job file needs --scenarios HELDOUT.jsonl (the held-out scenarios)", err=True)
         raise typer.Exit(2)
-    from art_agents.loop.train import job_model
+    from art_agents.jobs import job_model
 
     rollout, heldout, job = _job(source, scenarios)
     wanted = wanted or [f"{job.name}@0", job.name]
@@ -98,7 +98,7 @@ def eval_job(
 
 def _job(job_file: Path, scenarios: Path) -> tuple[Any, list[Any], TrainJob]:
     """The job's rollout function, the held-out scenarios and the job; exit 2 naming what is wrong."""
-    from art_agents.loop.train import TrainJob, load_function, load_scenarios
+    from art_agents.jobs import TrainJob, load_function, load_scenarios
 
     try:
         job = TrainJob.from_file(job_file)
@@ -122,7 +122,7 @@ async def _run_folder(
     folder: Path, wanted: list[str], judge: dict[str, Any], reward: str | None, options: dict[str, Any]
 ) -> Evaluation:
     """The run's held-out split with its own scored rollout; by default its step 0 against its latest step."""
-    from art_agents.loop.train import load_function
+    from art_agents.jobs import load_function
 
     scorer = load_function(reward, "reward") if reward else None
     async with parts.load(parts.RUN_EVALUATION)(folder, reward=scorer, **judge) as run:
@@ -143,7 +143,7 @@ async def _evaluate(
 
 
 def _print(result: Evaluation) -> None:
-    from art_agents.report.tables import eval_model_rows, eval_pair_rows
+    from art_agents.evaluation.tables import eval_model_rows, eval_pair_rows
 
     for head, rows in (eval_model_rows(result.summary), eval_pair_rows(result.summary)):
         for row in rows:

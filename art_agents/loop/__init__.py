@@ -4,7 +4,8 @@
 (the next draws roll out while a step trains, paced to `max_steps_off_policy`); `draws` what the two share.
 """
 
+from art_agents.jobs import TrainJob, load_function, load_scenarios
 from art_agents.loop.draws import StepRecord
-from art_agents.loop.train import TrainJob, load_function, load_scenarios, run_job, train_loop
+from art_agents.loop.train import run_job, train_loop
 
 __all__ = ["StepRecord", "TrainJob", "load_function", "load_scenarios", "run_job", "train_loop"]

@@ -1,7 +1,6 @@
-"""The tables of the report page: metric values, an evaluation's models and pairs, the training history.
+"""The tables of the report page: HTML tables, and the training history.
 
-`art-agents report` and `art-agents eval` print the same evaluation rows in the terminal (`eval_model_rows`,
-`eval_pair_rows`); the page (`art_agents.report.page`) writes them as HTML.
+An evaluation's rows come from `art_agents.evaluation.tables`, which `art-agents eval` prints too.
 """
 
 from __future__ import annotations
@@ -9,70 +8,27 @@ from __future__ import annotations
 import html
 import json
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from art_agents.evaluation.files import EvalSummary
+from art_agents.evaluation.tables import eval_model_rows, eval_pair_rows, format_value, interval
+
+__all__ = [
+    "Row",
+    "escape",
+    "eval_model_rows",
+    "eval_pair_rows",
+    "format_value",
+    "history_table",
+    "html_table",
+    "interval",
+]
 
 Row = dict[str, Any]
-
-
-def format_value(value: Any) -> str:
-    """A metric as a short string: 4 significant digits for floats, '-' for none."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, default=str)
-    return str(value)
 
 
 def escape(value: Any) -> str:
     """Text made safe to put in HTML."""
     return html.escape(str(value))
-
-
-def eval_model_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
-    """The per-model table of an evaluation (the report page and `art-agents report` print the same)."""
-    head = ["model", "scenarios", "failed", "mean reward", "95% CI", "tokens in/out", "latency s", "cost USD"]
-    rows = [
-        [
-            m.model,
-            str(m.scenarios),
-            f"{m.failed_scenarios} ({m.failed_rollouts} rollouts)",
-            format_value(m.mean_reward),
-            interval(m.ci_low, m.ci_high),
-            f"{m.prompt_tokens}/{m.completion_tokens}",
-            format_value(m.latency_s),
-            "unknown" if m.cost_usd is None else f"{m.cost_usd:.4g}",
-        ]
-        for m in summary.models
-    ]
-    return head, rows
-
-
-def eval_pair_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
-    """The per-pair table: difference, its paired bootstrap interval, wins/losses/ties and failures."""
-    head = ["model", "vs", "paired", "difference", "95% CI", "win rate", "W/L/T", "failed (model/vs)"]
-    rows = [
-        [
-            c.model,
-            c.baseline,
-            str(c.paired),
-            format_value(c.mean_difference),
-            interval(c.ci_low, c.ci_high),
-            format_value(c.win_rate),
-            f"{c.wins}/{c.losses}/{c.ties}",
-            f"{c.model_failed}/{c.baseline_failed}",
-        ]
-        for c in summary.comparisons
-    ]
-    return head, rows
-
-
-def interval(low: float | None, high: float | None) -> str:
-    return "-" if low is None or high is None else f"[{low:.3g}, {high:.3g}]"
 
 
 def html_table(head: list[str], rows: list[list[str]]) -> str:
