@@ -17,6 +17,7 @@ from art_agents.jsonl import read_history
 from art_agents.server.engines.protocol import OlderStep
 from art_agents.server.errors import ServiceError
 from art_agents.server.models.model_sources import ModelSources
+from art_agents.server.serving.checkpoint_fork import fork_checkpoint
 from art_agents.server.serving.completions import (
     ChatPlan,
     Completed,
@@ -28,9 +29,8 @@ from art_agents.server.serving.completions import (
 )
 from art_agents.server.serving.rollout_log import RolloutLog
 from art_agents.server.serving.served_model import ServedModel, check_name, open_served_model
-from art_agents.server.storage import checkpoints
-from art_agents.server.serving.checkpoint_fork import fork_checkpoint
 from art_agents.server.serving.train_steps import record_log, sft_events, train_events
+from art_agents.server.storage import checkpoints
 from art_agents.wire import (
     DEFAULT_BEST_METRIC,
     CheckpointInfo,
