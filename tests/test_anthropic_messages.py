@@ -526,7 +526,7 @@ async def test_a_generation_that_fails_after_the_200_ends_the_stream_with_an_err
 async def test_smollm2_serves_messages_that_are_captured_and_train(tmp_path: Path) -> None:
     from benchmark_scripts import load_benchmark
 
-    folder, gguf_file = load_benchmark("learning").smollm2_gguf()
+    folder, gguf_file = load_benchmark("bench_setup").smollm2_gguf()
     with start_server(tmp_path / "art") as url:
         backend = RemoteBackend(url)
         config = ModelConfig(gguf_file=gguf_file, lora_rank=8, lora_alpha=16, default_max_tokens=24)

@@ -381,7 +381,7 @@ async def test_smollm2_exports_serve_what_the_server_served(tmp_path: Path) -> N
     from benchmark_scripts import load_benchmark
     from transformers import AutoModelForCausalLM
 
-    folder, gguf_file = load_benchmark("learning").smollm2_gguf()
+    folder, gguf_file = load_benchmark("bench_setup").smollm2_gguf()
     backend = LocalBackend(path=tmp_path / ".art", in_process=True)
     config = art.ModelConfig(gguf_file=gguf_file, lora_rank=8, lora_alpha=16)
     model = art.TrainableModel(name="smol", project="export", base_model=folder, config=config, report_to=[])

@@ -396,7 +396,7 @@ async def test_smollm2_serves_responses_that_are_captured_and_train(tmp_path: Pa
     from benchmark_scripts import load_benchmark
     from server_fixtures import start_server
 
-    folder, gguf_file = load_benchmark("learning").smollm2_gguf()
+    folder, gguf_file = load_benchmark("bench_setup").smollm2_gguf()
     with start_server(tmp_path / "art") as url:
         backend = RemoteBackend(url)
         config = ModelConfig(gguf_file=gguf_file, lora_rank=8, lora_alpha=16, default_max_tokens=24)
