@@ -186,7 +186,7 @@ def _finish_request(trajectory: Trajectory, base: str) -> tuple[str, dict[str, s
     return f"{base}{API_PREFIX}/rollouts/{trajectory.id}/finish", {"Authorization": f"Bearer {key}"} if key else {}
 
 
-def assemble(trajectory: Trajectory, base: str, record: RolloutRecord) -> None:
+def assemble(trajectory: Trajectory, record: RolloutRecord) -> None:
     """Add the calls the server kept for this rollout to the trajectory (a call captured already is skipped)."""
     for call in record.calls:
         record_completion(
@@ -223,7 +223,7 @@ async def afinish(trajectory: Trajectory) -> None:
         except httpx.HTTPError as exc:
             _lost(trajectory, base, exc)
             continue
-        assemble(trajectory, base, RolloutRecord.model_validate_json(response.content))
+        assemble(trajectory, RolloutRecord.model_validate_json(response.content))
     servers_of(trajectory).clear()
 
 
@@ -237,7 +237,7 @@ def finish(trajectory: Trajectory) -> None:
         except httpx.HTTPError as exc:
             _lost(trajectory, base, exc)
             continue
-        assemble(trajectory, base, RolloutRecord.model_validate_json(response.content))
+        assemble(trajectory, RolloutRecord.model_validate_json(response.content))
     servers_of(trajectory).clear()
 
 
