@@ -97,3 +97,22 @@ async def test_train_loop_evaluates_every_n_steps(backend: LocalBackend, tiny_mo
     )
     assert [m["model"] for m in summary["models"]] == ["looped@0", "looped@2"]  # the start and every 2nd step
     assert summary["comparisons"][0]["paired"] == 2
+
+
+async def test_every_bad_model_is_named_in_one_setup_error(backend: LocalBackend, tiny_model_path: Path) -> None:
+    from art_agents.backends.ports import free_port
+    from art_agents.errors import SetupError
+
+    model = art.TrainableModel(
+        name="agent", project="eval", base_model=str(tiny_model_path), config=TOY_MODEL_CONFIG, report_to=[]
+    )
+    await model.register(backend)
+    ghost = f"ghost@http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(SetupError) as caught:
+        await art.evaluate(rollout, SCENARIOS, [model, "agent@999", "nosuch", ghost], pbar_desc=None)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "'agent@999': agent has no checkpoint 999" in message  # resolved, then checked
+    assert "'nosuch' is not a model evaluate knows" in message  # cannot be resolved
+    assert f"{ghost!r} is unreachable" in message  # resolved, then checked
+    assert not (backend.path / "eval" / "models" / "agent" / "eval").exists()  # nothing ran, nothing saved

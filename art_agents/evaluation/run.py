@@ -31,7 +31,7 @@ from art_agents.evaluation.files import (
     read_runs,
     write_summary,
 )
-from art_agents.evaluation.targets import EvalTarget, ModelSpec, check_reachable, cost_usd, resolve_targets
+from art_agents.evaluation.targets import EvalTarget, ModelSpec, cost_usd, resolve_targets
 from art_agents.model import Model, TrainableModel
 from art_agents.names import check_safe_name
 from art_agents.progress import progress_bar
@@ -101,9 +101,7 @@ async def evaluate(
     if decoding not in DECODING_FIELDS:
         raise ValueError(f"decoding must be one of {', '.join(DECODING_FIELDS)}, got {decoding!r}")
     ids = scenario_ids(scenarios)
-    targets = await resolve_targets(models, litellm_params or {}, steps_of)
-    if check:
-        await check_reachable(targets)
+    targets = await resolve_targets(models, litellm_params or {}, steps_of, check=check)
     folder = _folder(out, targets, name)
     done = {t.label: read_runs(folder / f"{t.file_stem}.jsonl") if folder else {} for t in targets}
     limits = _limits(concurrency, targets)

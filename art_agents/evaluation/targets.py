@@ -49,9 +49,12 @@ async def resolve_targets(
     models: Sequence[ModelSpec],
     litellm_params: Mapping[str, Mapping[str, Any]],
     steps_of: TrainableModel | None = None,
+    *,
+    check: bool = True,
 ) -> list[EvalTarget]:
-    """Every entry of `models` as a target, or one SetupError listing each entry that cannot be one.
-    `"name@N"` names a step of a TrainableModel in `models` or of `steps_of`."""
+    """Every entry of `models` as a target, or one SetupError listing every problem: each entry that cannot be one
+    and (with `check`) each target that cannot be reached. `"name@N"` names a step of a TrainableModel in `models`
+    or of `steps_of`."""
     if not models:
         raise SetupError("evaluate needs at least one model in models=[...]")
     given = [*models, steps_of] if steps_of is not None else models
@@ -65,6 +68,8 @@ async def resolve_targets(
             problems.append(str(exc))
     labels = [t.label for t in targets]
     problems += [f"{label!r} is given twice" for label in sorted({x for x in labels if labels.count(x) > 1})]
+    if check:
+        problems += await reachability_problems(targets)
     if problems:
         raise SetupError("; ".join(problems))
     return targets
@@ -149,11 +154,9 @@ def _host(url: str) -> str:
     return urlsplit(url).netloc or url
 
 
-async def check_reachable(targets: Sequence[EvalTarget], timeout_s: float = 15.0) -> None:
-    """One SetupError naming every target whose endpoint is down, refuses its key, or lacks the step asked for."""
-    problems = [p for p in await asyncio.gather(*(_problem(t, timeout_s) for t in targets)) if p]
-    if problems:
-        raise SetupError("; ".join(problems))
+async def reachability_problems(targets: Sequence[EvalTarget], timeout_s: float = 15.0) -> list[str]:
+    """Every target whose endpoint is down, refuses its key, or lacks the step asked for, named."""
+    return [p for p in await asyncio.gather(*(_problem(t, timeout_s) for t in targets)) if p]
 
 
 async def _problem(target: EvalTarget, timeout_s: float) -> str | None:
