@@ -25,9 +25,16 @@ class TrainJob(Schema):
     base_model: str
     model: ModelConfig = Field(default_factory=ModelConfig)
     rollout: str = Field(description="`package.module:function`, an async (model, scenario) -> Trajectory.")
-    scenarios: Path = Field(description="JSONL file; each line is one scenario passed to the rollout function.")
+    scenarios: Path = Field(
+        description="The training scenarios: a JSONL file (relative to the job file), a scenario a line, each passed "
+        "to the rollout function"
+    )
     backend: Literal["local", "remote"] = "local"
-    art_path: Path = Path(".art")
+    art_path: Path = Field(
+        Path(".art"),
+        description="The local server's folder (relative to the job file): training writes the model there and "
+        "`art-agents eval` reads its steps from it.",
+    )
     base_url: str | None = Field(None, description="Server URL when backend = 'remote'.")
     api_key: str | None = None
     steps: int = Field(10, ge=1)
@@ -51,6 +58,11 @@ class TrainJob(Schema):
         job = cls.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
         folder = path.resolve().parent
         return job.model_copy(update={"scenarios": folder / job.scenarios, "art_path": folder / job.art_path})
+
+    @property
+    def model_folder(self) -> Path:
+        """Where a local backend keeps the job's model: `<art_path>/<project>/models/<name>/`."""
+        return self.art_path / self.project / "models" / self.name
 
 
 def load_function(path: str, kind: str = "rollout") -> Callable[..., Any]:

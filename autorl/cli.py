@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
-from art_agents.cli.main import run_job, settings_error
+from art_agents.cli.main import run_job
+from art_agents.errors import settings_error
 from art_agents.extras import require_extra
 
 if TYPE_CHECKING:

@@ -36,6 +36,24 @@ def test_train_names_a_missing_rollout_module_before_starting_a_server(tmp_path)
     assert not (tmp_path / ".art").exists()
 
 
+def test_eval_names_a_missing_scenarios_key_and_a_wrong_art_path_in_one_line_each(tmp_path) -> None:
+    (tmp_path / "toy_agent.py").write_text(ROLLOUT_MODULE)
+    (tmp_path / "heldout.jsonl").write_text('{"prompt": "Say aaaa!", "letter": "a"}\n')
+    job = tmp_path / "job.toml"
+    job.write_text('name = "toy"\nbase_model = "x"\nrollout = "toy_agent:attempt"\n')
+    result = run_cli("eval", str(job), "--scenarios", str(tmp_path / "heldout.jsonl"))
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"error: scenarios in {job} is missing; add it (The training scenarios: a JSONL")
+    assert "pydantic" not in result.stderr and "input_value" not in result.stderr
+
+    job.write_text(job.read_text() + 'scenarios = "train.jsonl"\nart_path = "elsewhere"\n')
+    result = run_cli("eval", str(job), "--scenarios", str(tmp_path / "heldout.jsonl"), cwd=tmp_path)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert result.stderr.startswith(f"error: art_path in {job}: {tmp_path / 'elsewhere'} holds no model default/toy")
+    assert "set art_path, relative to the job file" in result.stderr
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / ".art").exists()  # nothing was created
+
+
 def test_report_prints_each_step(tmp_path) -> None:
     model_dir = tmp_path / "proj" / "models" / "agent"
     model_dir.mkdir(parents=True)

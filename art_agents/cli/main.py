@@ -8,14 +8,11 @@ has no subcommand (with a hint in `--help`).
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
 import typer.core
-from pydantic import ValidationError
 
 import art_agents
 from art_agents.parts import CLI_PARTS, load
@@ -81,22 +78,6 @@ def run_job(job: Callable[[], Awaitable[R]], interrupted: Callable[[], str]) -> 
         if log.written:
             typer.echo(f"warnings were logged: {log.path}", err=True)
         return result
-
-
-def settings_error(exc: ValidationError, file: Path | None, command: Callable[..., object] | None = None) -> str:
-    """A settings error in one sentence naming each wrong setting by its flag (if `command` has one) and its
-    place in `file`; pydantic's own text spans lines and links to its docs."""
-    options = inspect.signature(command).parameters if command else {}
-    problems = []
-    for error in exc.errors():
-        leaf = str(error["loc"][-1]) if error["loc"] else ""
-        places = [f"--{leaf.replace('_', '-')}"] if leaf in options else []
-        if file is not None or not places:
-            places.append(f"{'.'.join(map(str, error['loc']))} in {file or 'the settings'}")
-        message = str(error["msg"]).removeprefix("Value error, ")
-        got = "" if error["type"] == "value_error" else f" (got {error.get('input')!r})"
-        problems.append(f"{' or '.join(places)}: {message}{got}")
-    return "; ".join(problems)
 
 
 def load_parts() -> list[str]:

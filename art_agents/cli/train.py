@@ -20,8 +20,7 @@ def train(
 
     from pydantic import ValidationError
 
-    from art_agents.cli.main import settings_error
-    from art_agents.errors import ArtError
+    from art_agents.errors import ArtError, settings_error
     from art_agents.jobs import TrainJob
     from art_agents.loop.train import run_job
 
@@ -33,7 +32,7 @@ def train(
         typer.echo(f"{job_file}: {exc}", err=True)
         raise typer.Exit(2) from exc
     except ValidationError as exc:
-        typer.echo(f"error: {settings_error(exc, job_file)}", err=True)
+        typer.echo(f"error: {settings_error(exc, job_file, schema=TrainJob)}", err=True)
         raise typer.Exit(2) from exc
     try:
         records = asyncio.run(run_job(job))

@@ -92,17 +92,30 @@ def eval_job(
 
     rollout, heldout, job = _job(source, scenarios)
     wanted = wanted or [f"{job.name}@0", job.name]
+    if job.backend == "local" and _asks_for(wanted, job.name) and not (job.model_folder / "model.json").is_file():
+        typer.echo(
+            f"error: art_path in {source}: {job.art_path} holds no model {job.project}/{job.name} (no "
+            f"{job.model_folder}); set art_path, relative to the job file, to the folder `art-agents train` used",
+            err=True,
+        )
+        raise typer.Exit(2)
     options |= {"out": out, "decoding": decoding or "rollout"}
     _print(_stopping(lambda: _evaluate(rollout, heldout, wanted, job.name, lambda: job_model(job), options)))
 
 
 def _job(job_file: Path, scenarios: Path) -> tuple[Any, list[Any], TrainJob]:
     """The job's rollout function, the held-out scenarios and the job; exit 2 naming what is wrong."""
+    from pydantic import ValidationError
+
+    from art_agents.errors import settings_error
     from art_agents.jobs import TrainJob, load_function, load_scenarios
 
     try:
         job = TrainJob.from_file(job_file)
         return load_function(job.rollout), load_scenarios(scenarios), job
+    except ValidationError as exc:
+        typer.echo(f"error: {settings_error(exc, job_file, schema=TrainJob)}", err=True)
+        raise typer.Exit(2) from exc
     except ValueError as exc:
         typer.echo(f"{job_file}: {exc}", err=True)
         raise typer.Exit(2) from exc
@@ -136,10 +149,15 @@ async def _evaluate(
     """Register the model named `ours` only when one of its steps is asked for."""
     from art_agents.evaluation.run import evaluate
 
-    if not any(w == ours or w.startswith(f"{ours}@") for w in wanted):
+    if not _asks_for(wanted, ours):
         return await evaluate(rollout, heldout, wanted, **options)
     async with registered() as model:
         return await evaluate(rollout, heldout, wanted, steps_of=model, **options)
+
+
+def _asks_for(wanted: list[str], ours: str) -> bool:
+    """Whether `wanted` names the model `ours` or one of its steps."""
+    return any(w == ours or w.startswith(f"{ours}@") for w in wanted)
 
 
 def _print(result: Evaluation) -> None:
