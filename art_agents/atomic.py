@@ -18,6 +18,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, new_file_mode())  # mkstemp's 0600 would outlive the rename
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -27,6 +28,18 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def new_file_mode() -> int:
+    """The mode `open()` gives a new file here (0o666 less the umask): what a file written through a temp file
+    (mkstemp's, or safetensors', both 0o600) should end with, like every other file the same command writes."""
+    try:  # Linux names the umask without changing it
+        status = Path("/proc/self/status").read_text(encoding="ascii")
+        return 0o666 & ~int(next(line.split()[1] for line in status.splitlines() if line.startswith("Umask:")), 8)
+    except (OSError, StopIteration):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return 0o666 & ~mask
 
 
 def append_line(path: str | Path, line: str) -> Path:

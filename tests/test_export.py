@@ -10,6 +10,7 @@ import os
 import resource
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -158,7 +159,7 @@ async def test_the_gguf_file_holds_the_merged_weights_and_loads_as_the_served_mo
 ) -> None:
     import gguf
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     merged_folder = await trained.model.export(tmp_path / "merged", format="merged")
     folder = await trained.model.export(tmp_path / "gguf", format="gguf")
@@ -192,12 +193,21 @@ async def test_the_gguf_file_holds_the_merged_weights_and_loads_as_the_served_mo
     ]:
         assert by_name[gguf_name].tensor_type == gguf.GGMLQuantizationType.F32
         assert torch.equal(torch.from_numpy(by_name[gguf_name].data.copy()), weights[hf_name])  # bit for bit
-    # transformers' GGUF loader (llama.cpp's tensor layout read back); its qwen3 mapping ignores key_length,
-    # so the config comes from the merged folder
-    from_gguf = AutoModelForCausalLM.from_pretrained(
-        folder, gguf_file=file.name, config=AutoConfig.from_pretrained(merged_folder)
-    ).eval()
+    # transformers' GGUF loader (llama.cpp's tensor layout read back), as the README says to call it: its qwen3
+    # mapping ignores key_length, so the line names the tiny model's head size (16, not Qwen3Config's 128)
+    readme = (folder / "README.md").read_text()
+    code = readme.split("With transformers", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert "gguf_file='shipped-step1.gguf', head_dim=16)" in code
+    loaded: dict[str, Any] = {}
+    exec(code, loaded)
+    from_gguf = loaded["model"].eval()
     assert_serves_the_same(from_gguf, trained.served[:5])
+    ids = torch.tensor([trained.served[0].prompt_ids + trained.served[0].completion_ids])
+    with torch.inference_mode():
+        assert torch.equal(from_gguf(ids).logits, merged(ids).logits)  # f32 weights, read back bit for bit
+    messages = [{"role": "user", "content": PROMPTS[0]}]
+    rendered = loaded["tokenizer"].apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+    assert rendered == trained.served[0].prompt_ids  # the file's tokenizer and chat template
     modelfile = (folder / "Modelfile").read_text()
     assert modelfile.startswith("FROM ./shipped-step1.gguf\n") and 'PARAMETER stop "<|im_end|>"' in modelfile
     assert "ollama create shipped -f Modelfile" in (folder / "README.md").read_text()
@@ -258,22 +268,38 @@ def test_bad_input_is_refused_by_name_before_writing(trained: Trained, tmp_path:
 
 
 def run_cli(
-    *args: str, limit_bytes: int | None = None, env: dict[str, str] | None = None
+    *args: str, limit_bytes: int | None = None, umask: int | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`art-agents ...` as a user runs it; `limit_bytes` caps every file it writes (a disk that fills up)."""
 
-    def cap() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails (EFBIG) instead of killing
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
+    def prepare() -> None:
+        if umask is not None:
+            os.umask(umask)
+        if limit_bytes:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the cap fails (EFBIG) instead of killing
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, limit_bytes))
 
     return subprocess.run(
         [sys.executable, "-m", "art_agents", *args],
         capture_output=True,
         text=True,
         timeout=300,
-        preexec_fn=cap if limit_bytes else None,
+        preexec_fn=prepare,
         env={**os.environ, **(env or {})},
     )
+
+
+def test_a_project_folder_exports_its_model_quietly_with_every_file_at_the_umasks_mode(
+    trained: Trained, tmp_path: Path
+) -> None:
+    project = trained.model_dir.parent.parent  # <art_path>/export, as `art-agents export .art/quickstart` names it
+    target = tmp_path / "merged"
+    done = run_cli("export", str(project), "--to", str(target), "--format", "merged", umask=0o027)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"exported to {target} (see its README.md for how to serve it)\n"
+    assert done.stderr == ""  # no FutureWarning, no loading or writing bars
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in target.iterdir()}
+    assert "model.safetensors" in modes and set(modes.values()) == {0o640}, modes  # safetensors' own is 0o600
 
 
 def test_the_command_refuses_an_existing_folder_and_a_full_disk_leaves_nothing(
@@ -289,8 +315,8 @@ def test_the_command_refuses_an_existing_folder_and_a_full_disk_leaves_nothing(
         == f"error: {target} already exists; pass --overwrite to replace it, or pick another --to"
     )
     full = run_cli("export", str(trained.model_dir), "--to", str(target), "--overwrite", limit_bytes=20_000)
-    errors = [line for line in full.stderr.splitlines() if line.startswith("error:")]  # after the loading bars
-    assert full.returncode == 1 and len(errors) == 1
+    errors = full.stderr.splitlines()
+    assert full.returncode == 1 and len(errors) == 1, full.stderr
     assert errors[0].startswith(f"error: writing {target} failed (File too large); nothing was left behind")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temp folder beside it
     assert [p.name for p in target.iterdir()] == ["keep.txt"]  # the folder it was to replace, as it was
@@ -412,4 +438,5 @@ async def test_smollm2_exports_serve_what_the_server_served(tmp_path: Path) -> N
     for name in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.pre", "tokenizer.chat_template"):
         assert fields[name].contents() == base_fields[name].contents()
     assert_serves_the_same(AutoModelForCausalLM.from_pretrained(gguf_folder, gguf_file=file.name).eval(), served)
+    assert f"from_pretrained({str(gguf_folder)!r}, gguf_file={file.name!r})" in (gguf_folder / "README.md").read_text()
     assert 'SYSTEM """You are a helpful AI assistant named SmolLM' in (gguf_folder / "Modelfile").read_text()

@@ -17,12 +17,14 @@ if TYPE_CHECKING:
 
 # Server folders a command creates by default: `.art` (serve, quickstart, train), `<run>/art` (autorl, mcp-rl).
 RUN_PATTERNS = ("*/*/models/*/model.json", "*/*/*/models/*/model.json")
+MODEL_PATTERNS = ("*/models/*/model.json", "models/*/model.json")  # in a server folder, in a project folder
 SHOWN = ("reward_mean", "reward_std", "loss", "groups_skipped_zero_variance", "turns_retokenized", "train_s")
 SPLIT_REWARD = {"reward_mean": "reward", "reward_std": "reward_std"}  # a split row's names for the reward columns
 
 
-def model_dirs(art_path: Path) -> list[Path]:
-    return sorted(p.parent for p in art_path.glob("*/models/*/model.json"))
+def model_dirs(folder: Path) -> list[Path]:
+    """The model folders of a server folder (`<art_path>/*/models/*`) or of one project in it (`<project>/models/*`)."""
+    return sorted({p.parent for pattern in MODEL_PATTERNS for p in folder.glob(pattern)})
 
 
 def runs_under(folder: Path) -> list[Path]:

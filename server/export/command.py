@@ -16,8 +16,8 @@ def export(
         Path,
         typer.Argument(
             metavar="RUN_OR_MODEL_DIR",
-            help="A model folder (<art_path>/<project>/models/<name>), or a server or run folder with one model "
-            "(else pick it with --model).",
+            help="A model folder (<art_path>/<project>/models/<name>), or a project, server or run folder with one "
+            "model (else pick it with --model).",
             show_default=False,
         ),
     ],

@@ -25,6 +25,16 @@ QWEN2_SPLIT = (
 )
 LLAMA3_SPLIT = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 PRE_TOKENIZERS = {QWEN2_SPLIT: "qwen2", LLAMA3_SPLIT: "llama-bpe"}
+# the shapes a GGUF file states (`<arch>.` + key) -> the transformers config attribute each one is
+SHAPES = {
+    "attention.key_length": "head_dim",
+    "embedding_length": "hidden_size",
+    "feed_forward_length": "intermediate_size",
+    "block_count": "num_hidden_layers",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "vocab_size": "vocab_size",
+}
 
 
 def default_quantization(model: Any) -> str:
@@ -68,6 +78,20 @@ def write_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return quantization
+
+
+def transformers_overrides(path: Path) -> dict[str, int]:
+    """The shapes the GGUF file states that transformers' GGUF reader does not take from it, as `from_pretrained`
+    keywords: its qwen3 mapping ignores `attention.key_length`, so a head size other than Qwen3Config's default
+    (128, every Qwen3 checkpoint's) loads only with `head_dim=` given."""
+    import gguf
+    from transformers import AutoConfig
+
+    fields = gguf.GGUFReader(path).fields
+    arch = fields["general.architecture"].contents()
+    stated = {attr: fields[f"{arch}.{key}"].contents() for key, attr in SHAPES.items() if f"{arch}.{key}" in fields}
+    read = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+    return {attr: value for attr, value in stated.items() if getattr(read, attr, None) != value}
 
 
 def _check_rope(config: Any) -> None:

@@ -59,8 +59,9 @@ def sglang_command(source: Source, folder: Path, lora: bool) -> list[str]:
     ]
 
 
-def model_card(source: Source, info: ExportInfo, folder: Path) -> str:
-    """The README.md written into the export folder `folder` (its final path, named in the commands)."""
+def model_card(source: Source, info: ExportInfo, folder: Path, gguf_overrides: dict[str, int] | None = None) -> str:
+    """The README.md written into the export folder `folder` (its final path, named in the commands);
+    `gguf_overrides`: what transformers needs told to load the GGUF file (`gguf.transformers_overrides`)."""
     request = source.request
     rows = [row for row in read_history(source.model_dir) if row.get("step", 0) <= source.step]
     trained = [row for row in rows if not row.get("split") and row.get("kind", "rl") in ("rl", "sft")]
@@ -84,32 +85,20 @@ def model_card(source: Source, info: ExportInfo, folder: Path) -> str:
         "",
         "## Serve it",
         "",
-        *_serving(source, info, folder),
+        *_serving(source, info, folder, gguf_overrides or {}),
         *_history_table(trained[-HISTORY_ROWS:]),
         *_evaluation_tables(source.model_dir, [row for row in rows if row.get("split")]),
     ]
     return "\n".join(lines) + "\n"
 
 
-def _serving(source: Source, info: ExportInfo, folder: Path) -> list[str]:
+def _serving(source: Source, info: ExportInfo, folder: Path, gguf_overrides: dict[str, int]) -> list[str]:
     name = source.served_as
     if info.format == "gguf":
         gguf_file = folder / source.gguf_name
         return [
-            "With Ollama (the Modelfile's TEMPLATE renders chat as the model's chat template does):",
-            "",
-            "```",
-            f"cd {shlex.quote(str(folder))}",
-            f"ollama create {source.request.name} -f Modelfile",
-            f"ollama run {source.request.name}",
-            "```",
-            "",
-            "With llama.cpp (the chat template is in the file's metadata):",
-            "",
-            "```",
-            f"llama-server -m {shlex.quote(str(gguf_file))} --jinja",
-            "```",
-            "",
+            *_gguf_serving(source, folder, gguf_file),
+            *_gguf_transformers(folder, gguf_file.name, gguf_overrides),
         ]
     lora = info.format == "lora"
     gguf_base = source.request.config.gguf_file
@@ -148,6 +137,47 @@ def _serving(source: Source, info: ExportInfo, folder: Path) -> list[str]:
         f"tokenizer = AutoTokenizer.from_pretrained({str(folder)!r})",
         "```",
         "",
+    ]
+
+
+def _gguf_serving(source: Source, folder: Path, gguf_file: Path) -> list[str]:
+    return [
+        "With Ollama (the Modelfile's TEMPLATE renders chat as the model's chat template does):",
+        "",
+        "```",
+        f"cd {shlex.quote(str(folder))}",
+        f"ollama create {source.request.name} -f Modelfile",
+        f"ollama run {source.request.name}",
+        "```",
+        "",
+        "With llama.cpp (the chat template is in the file's metadata):",
+        "",
+        "```",
+        f"llama-server -m {shlex.quote(str(gguf_file))} --jinja",
+        "```",
+        "",
+    ]
+
+
+def _gguf_transformers(folder: Path, gguf_name: str, overrides: dict[str, int]) -> list[str]:
+    """transformers' lines for the GGUF file (it dequantizes it to float weights), with the keywords its reader
+    needs for what it does not take from the file."""
+    keywords = "".join(f", {key}={value!r}" for key, value in overrides.items())
+    why = [
+        f"The keywords after `gguf_file` give what transformers' GGUF reader does not take from the file's metadata "
+        f"({', '.join(overrides)}; llama.cpp reads it from there).",
+        "",
+    ]
+    return [
+        "With transformers (the tokenizer and chat template are in the file):",
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        f"model = AutoModelForCausalLM.from_pretrained({str(folder)!r}, gguf_file={gguf_name!r}{keywords})",
+        f"tokenizer = AutoTokenizer.from_pretrained({str(folder)!r}, gguf_file={gguf_name!r})",
+        "```",
+        "",
+        *(why if overrides else []),
     ]
 
 

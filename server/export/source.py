@@ -55,13 +55,15 @@ class Source:
 
 
 def find_model_dir(folder: Path, model: str | None = None) -> Path:
-    """The model folder that `folder` names: itself, or the one model of a server or run folder inside it."""
+    """The model folder that `folder` names: itself, or the one model of a project, server or run folder."""
     from art_agents.report.command import model_dirs, runs_under
 
     if (folder / "model.json").is_file():
         found = [folder]
     elif not folder.is_dir():
-        raise ExportError(f"{folder} is not a folder; give a model folder (with model.json), a server or a run folder")
+        raise ExportError(
+            f"{folder} is not a folder; give a model folder (with model.json), or a project, server or run folder"
+        )
     else:
         found = model_dirs(folder) or runs_under(folder)
     chosen = [d for d in found if model is None or d.name == model]
@@ -70,7 +72,7 @@ def find_model_dir(folder: Path, model: str | None = None) -> Path:
         also = f" (models here: {', '.join(d.name for d in found)})" if found else ""
         raise ExportError(
             f"{folder} holds no trained model{named}{also}; give a model folder (<art_path>/<project>/models/<name>, "
-            "with model.json), or a server or run folder with --model NAME"
+            "with model.json), or a project, server or run folder with --model NAME"
         )
     if len(chosen) > 1:
         names = ", ".join(str(d) for d in chosen)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from art_agents.atomic import new_file_mode
 from art_agents.server.export.source import FORMATS, ExportError, ExportInfo, Format, Source, open_source
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -54,7 +55,10 @@ def export_model(
     }
 
     def write(tmp: Path) -> None:
-        written_quantization = writers[format](source, tmp)
+        from art_agents.server.host.quiet import quiet_transformers
+
+        with quiet_transformers():
+            written_quantization = writers[format](source, tmp)
         info = ExportInfo(
             name=source.request.name,
             project=source.request.project,
@@ -66,9 +70,11 @@ def export_model(
             exported_at=time.time(),
         )
         (tmp / EXPORT_INFO).write_text(info.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        from art_agents.server.export.gguf import transformers_overrides
         from art_agents.server.export.model_card import model_card
 
-        (tmp / "README.md").write_text(model_card(source, info, target), encoding="utf-8")
+        overrides = transformers_overrides(tmp / source.gguf_name) if format == "gguf" else {}
+        (tmp / "README.md").write_text(model_card(source, info, target, overrides), encoding="utf-8")
 
     return write_folder_atomic(target, write)
 
@@ -83,6 +89,7 @@ def write_folder_atomic(target: Path, write: Callable[[Path], Any]) -> Path:
     try:
         tmp.mkdir()
         write(tmp)
+        _plain_modes(tmp)
         if target.exists():
             os.rename(target, old)
         os.rename(tmp, target)
@@ -99,6 +106,14 @@ def write_folder_atomic(target: Path, write: Callable[[Path], Any]) -> Path:
         ) from exc
     shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _plain_modes(folder: Path) -> None:
+    """Every file at the mode a plain write gives it (the umask's): safetensors writes its file as 0o600."""
+    mode = new_file_mode()
+    for path in folder.rglob("*"):
+        if path.is_file():
+            path.chmod(mode)
 
 
 def _io_error(exc: BaseException) -> str | None:

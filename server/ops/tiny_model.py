@@ -117,15 +117,10 @@ def build_tiny_model(
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = eos_id
     model.generation_config.pad_token_id = pad_id
-    from transformers.utils import logging as transformers_logging
+    from art_agents.server.host.quiet import quiet_transformers
 
-    shown = transformers_logging.is_progress_bar_enabled()
-    transformers_logging.disable_progress_bar()  # a bar for one small shard is noise in the quickstart's output
-    try:
+    with quiet_transformers():  # a bar for one small shard is noise in the quickstart's output
         model.save_pretrained(path)
-    finally:
-        if shown:
-            transformers_logging.enable_progress_bar()
     tokenizer.save_pretrained(path)
     (path / "tiny_model.json").write_text(json.dumps({"arch": arch, "seed": seed, "built_by": "art_agents"}) + "\n")
     return path
