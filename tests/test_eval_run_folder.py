@@ -58,7 +58,7 @@ def test_a_run_folders_heldout_inputs_compare_the_models(tmp_path: Path, monkeyp
     assert [(m["scenarios"], m["mean_reward"]) for m in summary["models"]] == [(3, 0.0), (3, 1.0)]
     pair = summary["comparisons"][0]
     assert (pair["mean_difference"], pair["wins"], pair["paired"]) == (1.0, 3, 3)
-    assert f"model: fr@{french.base_url}  scenarios: 3" in result.output
+    assert f"fr@{french.base_url}" in result.output and "evaluation heldout: pairs" in result.output
 
 
 def test_a_folder_that_is_no_run_gets_one_error_line(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from test_evaluate import SCENARIOS, answering, rollout
 
 import art_agents as art
 from art_agents.evaluation.charts import draw_evaluated_steps, figure
-from art_agents.evaluation.files import EvalSummary, ModelSummary
+from art_agents.evaluation.files import EvalSummary, ModelSummary, ScenarioRun
 from art_agents.report.command import _eval_tables
 from art_agents.report.page import write_report
 from art_agents.utils import benchmarking
@@ -44,7 +44,7 @@ def test_the_report_shows_the_comparison(model_dir: Path) -> None:
     assert '<td class="l">good</td><td class="l">weak</td><td class="">6</td>' in page  # the pair: 6 paired scenarios
     assert "unknown" in page  # no price for these endpoints
     models, pairs = _eval_tables(model_dir)
-    assert [c.header for c in models.columns][:4] == ["model", "scenarios", "failed", "mean reward"]
+    assert [c.header for c in models.columns][:4] == ["model", "scenarios\nrun/failed", "rollouts\nfailed", "mean\nreward"]
     assert list(pairs.columns[2].cells) == ["6"] and list(pairs.columns[6].cells) == ["4/0/2"]
 
 
@@ -62,6 +62,29 @@ def test_evaluated_steps_are_marked_on_the_training_curve() -> None:
     assert not draw_evaluated_steps(figure()[1], [summary], "other-model")
 
 
+def test_model_names_show_whole_in_the_tables_at_80_columns(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from art_agents.evaluation.files import write_summary
+    from art_agents.evaluation.run import summarize
+    from art_agents.evaluation.targets import EvalTarget
+
+    labels = ["quickstart@0", "quickstart@20", "fr@http://127.0.0.1:43215/v1"]
+    targets = [EvalTarget(label, art.Model(name=label), "local") for label in labels]
+    runs = {label: [ScenarioRun(scenario_id=f"s{i}", index=i, rewards=[0.1 * i * n]) for i in range(4)]
+            for n, label in enumerate(labels)}  # fmt: skip
+    write_summary(tmp_path / "eval" / "heldout", summarize("heldout", targets, runs, 4, 1, "greedy"))
+    console = Console(width=80, record=True)
+    for table in _eval_tables(tmp_path):
+        console.print(table)
+    lines = console.export_text().splitlines()
+    assert "…" not in "\n".join(lines) and max(len(line) for line in lines) <= 80
+    for label in labels:
+        assert any(line.startswith(f"{label} ") for line in lines), label  # each model's row, its name whole
+    pair = next(line.split() for line in lines if line.split()[:2] == ["quickstart@20", "quickstart@0"])
+    assert pair[2:4] == ["4", "0.15"]  # paired scenarios, and the later model minus the one before it
+
+
 async def test_art_benchmarking_names_read_and_chart_an_evaluation(model_dir: Path, tmp_path: Path) -> None:
     rows = await benchmarking.load_trajectories("proj", art_path=str(model_dir.parents[2]))
     assert {(r["model"], r["split"], r["step"]) for r in rows} == {("good", "heldout", 0), ("weak", "heldout", 0)}
@@ -74,3 +97,10 @@ async def test_art_benchmarking_names_read_and_chart_an_evaluation(model_dir: Pa
     assert [p.name for p in paths] == ["reward_comparison.png", "reward_progress.png"] and all(
         p.stat().st_size for p in paths
     )
+
+
+def test_the_docs_example_lists_the_base_before_the_trained_model() -> None:
+    """Each model is compared with those listed before it (model minus baseline), so the base goes first."""
+    page = (Path(__file__).parents[1] / "docs" / "evaluate.md").read_text()
+    example = page[page.index("models=[") : page.index("],", page.index("models=["))]
+    assert example.index('"my-agent@0"') < example.index("        model,")

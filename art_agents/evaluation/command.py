@@ -161,11 +161,13 @@ def _asks_for(wanted: list[str], ours: str) -> bool:
 
 
 def _print(result: Evaluation) -> None:
-    from art_agents.evaluation.tables import eval_model_rows, eval_pair_rows
+    from rich.console import Console
 
-    for head, rows in (eval_model_rows(result.summary), eval_pair_rows(result.summary)):
-        for row in rows:
-            typer.echo("  ".join(f"{h}: {v}" for h, v in zip(head, row, strict=True)))
+    from art_agents.evaluation.tables import eval_tables
+
+    console = Console()
+    for table in eval_tables(result.summary):
+        console.print(table)
     if result.folder is not None:
         typer.echo(f"saved: {result.folder}")
 

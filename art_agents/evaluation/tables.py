@@ -4,9 +4,12 @@ them; the report page writes them as HTML."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from art_agents.evaluation.files import EvalSummary
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 
 def format_value(value: Any) -> str:
@@ -25,13 +28,17 @@ def interval(low: float | None, high: float | None) -> str:
 
 
 def eval_model_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
-    """The per-model table of an evaluation (the report page and `art-agents report` print the same)."""
-    head = ["model", "scenarios", "failed", "mean reward", "95% CI", "tokens in/out", "latency s", "cost USD"]
+    """The per-model table of an evaluation (the report page and `art-agents report` print the same). Headers break
+    where a terminal table may wrap them, so it fits 80 columns."""
+    head = [
+        "model", "scenarios\nrun/failed", "rollouts\nfailed", "mean\nreward", "95% CI", "tokens\nin/out",
+        "latency\ns", "cost\nUSD",
+    ]  # fmt: skip
     rows = [
         [
             m.model,
-            str(m.scenarios),
-            f"{m.failed_scenarios} ({m.failed_rollouts} rollouts)",
+            f"{m.scenarios}/{m.failed_scenarios}",
+            str(m.failed_rollouts),
             format_value(m.mean_reward),
             interval(m.ci_low, m.ci_high),
             f"{m.prompt_tokens}/{m.completion_tokens}",
@@ -44,8 +51,8 @@ def eval_model_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
 
 
 def eval_pair_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
-    """The per-pair table: difference, its paired bootstrap interval, wins/losses/ties and failures."""
-    head = ["model", "vs", "paired", "difference", "95% CI", "win rate", "W/L/T", "failed (model/vs)"]
+    """The per-pair table: model minus the one before it ("vs"), its paired bootstrap interval, wins/losses/ties."""
+    head = ["model", "vs", "paired", "mean\ndiff.", "95% CI", "win\nrate", "W/L/T", "failed\nmodel/vs"]
     rows = [
         [
             c.model,
@@ -60,3 +67,27 @@ def eval_pair_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
         for c in summary.comparisons
     ]
     return head, rows
+
+
+def eval_tables(summary: EvalSummary) -> list[Table]:
+    """An evaluation's models, then its pairs, as terminal tables: model names are never cut (other cells wrap
+    instead), so `quickstart@20` shows whole at 80 columns."""
+    from rich import box
+    from rich.table import Table
+
+    tables = []
+    for kind, (head, rows), names in (("models", eval_model_rows(summary), 1), ("pairs", eval_pair_rows(summary), 2)):
+        if not rows:
+            continue
+        table = Table(
+            title=f"evaluation {summary.name}: {kind}", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False
+        )
+        for i, column in enumerate(head):
+            if i < names:
+                table.add_column(column, no_wrap=True, min_width=max(len(row[i]) for row in rows))
+            else:
+                table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
+    return tables

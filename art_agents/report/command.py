@@ -137,22 +137,10 @@ def _table(model_dir: Path) -> Table:
 
 def _eval_tables(model_dir: Path) -> list[Table]:
     """Each evaluation under the model's eval/ folder: its models, then its pairs (as on the report page)."""
-    from rich.table import Table
-
     from art_agents.evaluation.files import read_summaries
-    from art_agents.report.tables import eval_model_rows, eval_pair_rows
+    from art_agents.evaluation.tables import eval_tables
 
-    tables = []
-    for summary in read_summaries(model_dir):
-        for kind, (head, rows) in (("models", eval_model_rows(summary)), ("pairs", eval_pair_rows(summary))):
-            if rows:
-                table = Table(title=f"evaluation {summary.name}: {kind}")
-                for column in head:
-                    table.add_column(column)
-                for row in rows:
-                    table.add_row(*row)
-                tables.append(table)
-    return tables
+    return [table for summary in read_summaries(model_dir) for table in eval_tables(summary)]
 
 
 def register(app: typer.Typer) -> None:
