@@ -134,6 +134,23 @@ class TrainConfig(Schema):
         ),
     )
 
+    icepop: tuple[float, float] | None = Field(
+        None,
+        description=(
+            "IcePop masking (Ring-1T): a token whose exp(logp_old - logp_sampler) lies outside [low, high] trains "
+            "nothing (its loss is zeroed; the normalisers are unchanged), so tokens on which the sampler and the "
+            "trainer disagree badly cannot steer the update. None: off unless `correct_serving_mismatch` turns it on."
+        ),
+    )
+    correct_serving_mismatch: bool = Field(
+        True,
+        description=(
+            "When the model samples at another precision than it trains (`ModelConfig.serving_dtype`), a step whose "
+            "`tis_cap` or `icepop` is None uses 2.0 and (0.5, 5.0) (IcePop's band) for it; the result's config "
+            "says what was used. Without a precision gap it changes nothing. False trains uncorrected."
+        ),
+    )
+
     @property
     def clip_high(self) -> float:
         return self.epsilon if self.epsilon_high is None else self.epsilon_high
@@ -143,6 +160,14 @@ class TrainConfig(Schema):
         if self.loss == "cispo" and self.epsilon_high is None:
             raise ValueError(
                 "loss='cispo' caps the importance ratio at epsilon_high; give it, e.g. epsilon_high=4.0 (ART) or 5.0"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _icepop_band(self) -> TrainConfig:
+        if self.icepop is not None and not 0 < self.icepop[0] <= 1 <= self.icepop[1]:
+            raise ValueError(
+                f"icepop={self.icepop} must be a band (low, high) with 0 < low <= 1 <= high, e.g. (0.5, 5.0)"
             )
         return self
 
@@ -170,7 +195,18 @@ class ModelConfig(Schema):
     )
     gguf_file: str | None = Field(None, description="GGUF file inside `base_model` (a folder), loaded by transformers.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="auto: bf16 on GPU, fp32 on CPU."
+        "auto", description="The precision the policy trains in. auto: bf16 on GPU, fp32 on CPU."
+    )
+    serving_dtype: Literal["auto", "float32", "bfloat16", "float16", "int8"] = Field(
+        "auto",
+        description=(
+            "transformers engine: the precision of the base weights it samples from. auto: `dtype` (the engine and "
+            "the trainer share one copy of the base). Another value keeps a second copy for the engine, converted "
+            "once at register: `bfloat16` halves the bytes read per token, `int8` (CPU only: int8 linear layers, "
+            "per output channel, with int8 activations quantized on the fly) quarters them; the LoRA stays fp32 "
+            "on top and the trainer keeps `dtype`. Steps then correct for the difference (see TrainConfig's "
+            "`correct_serving_mismatch`). A precision this machine cannot run is refused at register."
+        ),
     )
     device: str = Field("auto", description="auto: cuda when available, else cpu.")
     max_batch_size: int = Field(

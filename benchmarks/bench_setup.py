@@ -134,8 +134,10 @@ def in_process_server(folder: Path) -> Iterator[str]:
         thread.join(timeout=30)  # shut down before the caller removes its folder
 
 
-def register_model(url: str, model_path: str, name: str = "bench") -> None:
-    """Register `model_path` as `name` on the server at `url` (its admin route), loaded before any timing starts."""
+def register_model(url: str, model_path: str, name: str = "bench", config: dict[str, Any] | None = None) -> None:
+    """Register `model_path` as `name` (with a ModelConfig's fields, if given) on the server at `url` (its admin
+    route), loaded before any timing starts."""
     import httpx
 
-    httpx.post(f"{url}/v1/art/models", json={"name": name, "base_model": model_path}, timeout=600).raise_for_status()
+    body = {"name": name, "base_model": model_path, **({"config": config} if config else {})}
+    httpx.post(f"{url}/v1/art/models", json=body, timeout=600).raise_for_status()

@@ -12,6 +12,8 @@ from pathlib import Path
 from art_agents.server.engines.protocol import Engine
 from art_agents.server.engines.vllm_process import PYTHON_ENV, vllm_python
 from art_agents.server.errors import ServiceError
+from art_agents.server.models.lora_model import device_of
+from art_agents.server.models.serving_precision import check_serving_dtype
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
@@ -97,6 +99,7 @@ def load_engine(base_model: str, config: ModelConfig, name: str, model_dir: Path
     (`vllm_nodes`), behind a `ReplicaRouter` when more than one."""
     engine, why = choose_engine(config)
     log.info("model %s is served by the %s engine: %s", name, engine, why)
+    check_serving_dtype(config, engine, device_of(config))
     if config.replicas == 1:
         return ENGINES[engine](base_model, config, name, model_dir)
     if engine != "transformers":

@@ -11,7 +11,8 @@ before top-p. The trainer trains that tempered, untruncated policy; top-p only n
 get drawn, and the sampler's logprobs on the same basis make any gap between the two measurable.
 
 The engine serves on while a step trains: the trainer trains its own LoRA over the same base weights
-(`base_weights`). Publishing step N+1 pauses it briefly (running rows finish, none join; requests that arrive
+(`base_weights`), unless it samples in a precision of its own (`ModelConfig.serving_dtype`: bf16 or int8 weights,
+read faster per token; models/serving_precision.py). Publishing step N+1 pauses it briefly (running rows finish, none join; requests that arrive
 meanwhile wait in the queue and are served by the new step) while the new adapter weights are loaded.
 
 A prefix cache (`ModelConfig.prefix_cache_mb`) keeps the KV state of prompts and finished rows, so a prompt
@@ -42,6 +43,7 @@ from art_agents.server.engines.sampler import row_random, sample
 from art_agents.server.engines.stream_text import IncrementalDecoder
 from art_agents.server.host.memory import trim_heap
 from art_agents.server.models.lora_model import load_lora_weights, load_peft_model, stop_token_ids
+from art_agents.server.models.serving_precision import serves_apart
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
@@ -82,11 +84,12 @@ class TransformersEngine:
 
     @classmethod
     def load(cls, base_model: str, config: ModelConfig) -> TransformersEngine:
-        model, tokenizer = load_peft_model(base_model, config)
+        model, tokenizer = load_peft_model(base_model, config, serving=True)
         return cls(model, tokenizer, config)
 
     def base_weights(self) -> Any:
-        return self.model
+        """The base weights for the trainer to share: none when this engine samples in a precision of its own."""
+        return None if serves_apart(self.config, str(self.device)) else self.model
 
     def load_adapter(self, path: str | Path) -> None:
         """Serve a checkpoint's adapter weights (opening, rollback, publishing a step)."""

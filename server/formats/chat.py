@@ -87,7 +87,7 @@ def _delta(index: int, **delta: Any) -> dict[str, Any]:
 
 
 async def chat_chunks(first: StreamItem, items: AsyncIterator[StreamItem], include_usage: bool) -> AsyncIterator[str]:
-    """OpenAI stream chunks: content as it is sampled, then tool calls and the finish of each choice."""
+    """OpenAI stream chunks: content as it is sampled, then tool calls and the finish of each choice (with its logprobs)."""
     created = int(time.time())
     sent: dict[int, str] = {}
     item = first
@@ -120,6 +120,7 @@ async def chat_chunks(first: StreamItem, items: AsyncIterator[StreamItem], inclu
             "index": index,
             "delta": {},
             "finish_reason": choice["finish_reason"],
+            "logprobs": choice["logprobs"],  # every token's at once, as the reply without streaming has them
             "completion_id": choice["completion_id"],
             "token_ids": choice["token_ids"],
         }

@@ -10,6 +10,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from art_agents.server.models.serving_precision import serving_dtype, training_dtype
 from art_agents.train_config import ModelConfig
 
 
@@ -38,14 +39,6 @@ def training_gpus(config: ModelConfig) -> set[int]:
     return {int(d.partition(":")[2] or 0) for d in devices if d.startswith("cuda")}
 
 
-def _dtype(config: ModelConfig, device: str) -> Any:
-    import torch
-
-    if config.dtype == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
-    return getattr(torch, config.dtype)
-
-
 def _source(config: ModelConfig) -> dict[str, Any]:
     return {"gguf_file": config.gguf_file} if config.gguf_file else {}
 
@@ -66,14 +59,16 @@ def load_base_model(base_model: str, config: ModelConfig, dtype: Any) -> Any:
     return AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype, **_source(config))
 
 
-def load_peft_model(base_model: str, config: ModelConfig) -> tuple[Any, Any]:
-    """The base model with a fresh LoRA adapter "default" (seeded), and its tokenizer."""
+def load_peft_model(base_model: str, config: ModelConfig, *, serving: bool = False) -> tuple[Any, Any]:
+    """The base model with a fresh LoRA adapter "default" (seeded), and its tokenizer: in the trainer's precision,
+    or with `serving` in the engine's (`serving_dtype`; int8 quantized once the fp32 LoRA is in place)."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     device = device_of(config)
     tokenizer = load_tokenizer(base_model, config)
-    model = load_base_model(base_model, config, _dtype(config, device))
+    precision = serving_dtype(config, device) if serving else training_dtype(config, device)
+    model = load_base_model(base_model, config, getattr(torch, "float32" if precision == "int8" else precision))
     lora = LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,
@@ -84,6 +79,10 @@ def load_peft_model(base_model: str, config: ModelConfig) -> tuple[Any, Any]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         peft_model = get_peft_model(model.to(device), lora)
+    if precision == "int8":
+        from art_agents.server.models.int8_linear import quantize_linear_layers
+
+        quantize_linear_layers(peft_model)
     peft_model.eval()
     return peft_model, tokenizer
 

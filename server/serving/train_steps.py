@@ -25,6 +25,8 @@ from art_agents.jsonl import write_groups
 from art_agents.names import check_safe_name
 from art_agents.server.errors import ServiceError, describe
 from art_agents.server.host.memory import trim_heap
+from art_agents.server.models.lora_model import device_of
+from art_agents.server.models.serving_precision import mismatch_corrected
 from art_agents.server.serving.served_model import ServedModel
 from art_agents.server.storage import checkpoints
 from art_agents.server.training.sequences import check_unique_completions
@@ -92,7 +94,7 @@ class _Step:
 async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn) -> AsyncIterator[TrainEvent]:
     """Run one GRPO step; yields progress events and then a result (or error) event (see `_step_events`)."""
     check_train_request(request)
-    config = request.config
+    config = mismatch_corrected(request.config, served.info.config, device_of(served.info.config))
     step = _Step(
         "rl",
         request.groups,

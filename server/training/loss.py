@@ -9,6 +9,7 @@ Per token t of sequence i (mask m, advantage A_i shared by every sequence of its
     cispo: l = -sg(min(r, epsilon_high)) * A_i * logp * w + beta * kl * r    (sg: no gradient through it)
     kl = exp(logp_ref - logp) - (logp_ref - logp) - 1   (k3 estimator; logp_ref from the base model)
     w = min(exp(logp_old - logp_sampler), tis_cap)  truncated importance sampling (1 without `tis_cap`)
+    l = 0 where exp(logp_old - logp_sampler) is outside `icepop`'s [low, high] (IcePop's mask; off without it)
 The KL term is weighted by r as in TRL (`use_bias_correction_kl`, DeepSeek-V3.2): its value is
 unchanged on-policy, its gradient becomes the unbiased reverse-KL gradient.
 Aggregation over the whole step (N trajectories, T trained tokens; L_j the trained tokens of
@@ -55,7 +56,7 @@ def policy_loss(
 
     Shapes: logps, old_logps, ref_logps, sampler_logps, mask (B, T); advantages and
     trajectory_tokens (B,). `trajectory_tokens` defaults to each sequence's own trained tokens (one
-    sequence per trajectory); `sampler_logps` (NaN where unknown) is only read with `tis_cap`.
+    sequence per trajectory); `sampler_logps` (NaN where unknown) is only read with `tis_cap` or `icepop`.
     Summing the returned loss over the micro-batches of a step gives the loss of the whole batch.
     """
     import torch
@@ -69,10 +70,14 @@ def policy_loss(
     else:
         clipped = torch.clamp(ratio, 1 - config.epsilon, 1 + config.clip_high)
         per_token = -torch.min(ratio * adv, clipped * adv)
-    if config.tis_cap is not None and sampler_logps is not None:
+    outside = None
+    if sampler_logps is not None and (config.tis_cap is not None or config.icepop is not None):
         with torch.no_grad():
-            weight = torch.exp(old_logps - sampler_logps).clamp(max=config.tis_cap)
-        per_token = per_token * torch.nan_to_num(weight, nan=1.0)  # unknown sampler logprob: no correction
+            mismatch = torch.exp(old_logps - sampler_logps)  # NaN where the sampler's logprob is unknown
+            if config.icepop is not None:
+                outside = (mismatch < config.icepop[0]) | (mismatch > config.icepop[1])  # NaN: inside
+        if config.tis_cap is not None:
+            per_token = per_token * torch.nan_to_num(mismatch.clamp(max=config.tis_cap), nan=1.0)
     kl = None
     if config.beta > 0:
         if ref_logps is None:
@@ -80,6 +85,8 @@ def policy_loss(
         delta = ref_logps - logps
         kl = torch.exp(delta) - delta - 1
         per_token = per_token + config.beta * kl * ratio  # ratio-weighted: the unbiased reverse-KL gradient (TRL)
+    if outside is not None:
+        per_token = per_token.masked_fill(outside, 0.0)
     masked = per_token * mask
     if config.loss == "grpo":
         loss = (masked.sum(1) / lengths.clamp(min=1.0)).sum() / totals.trajectories
@@ -98,6 +105,8 @@ def policy_loss(
         sums = {"clipped_tokens": float((was_clipped.to(mask.dtype) * mask).sum())}
         if kl is not None:
             sums["kl_sum"] = float((kl * mask).sum())
+        if outside is not None:
+            sums["masked_tokens"] = float((outside.to(mask.dtype) * mask).sum())
     return loss, sums
 
 

@@ -58,13 +58,20 @@ class Ranks:
 
     def summed(self, values: list[float]) -> list[float]:
         """Each value summed over the ranks (every rank gets the totals)."""
+        return self._reduced(values, "SUM")
+
+    def largest(self, value: float) -> float:
+        """The largest of the ranks' values (every rank gets it)."""
+        return self._reduced([value], "MAX")[0]
+
+    def _reduced(self, values: list[float], op: str) -> list[float]:
         if self.world == 1:
             return values
         import torch
         import torch.distributed as dist
 
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
-        dist.all_reduce(tensor)
+        dist.all_reduce(tensor, op=getattr(dist.ReduceOp, op))
         return tensor.tolist()
 
 

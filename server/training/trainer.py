@@ -242,7 +242,9 @@ class PolicyTrainer:
             "gap_kl_sum": 0.0,
             "gap_tokens": 0.0,
             "entropy_sum": 0.0,
+            "masked_tokens": 0.0,
         }
+        gap_max = 0.0
         grad_norm = 0.0
         self.model.train()
         for iteration in range(config.num_iterations):
@@ -253,7 +255,7 @@ class PolicyTrainer:
                     logps, logits = self._logprobs(batch)
                     old_logps = logps.detach() if old is None else old[b]
                     if iteration == 0:
-                        self._first_pass_sums(sums, batch, old_logps, logits)
+                        gap_max = max(gap_max, self._first_pass_sums(sums, batch, old_logps, logits))
                     del logits  # not kept through backward: the graph holds only what it needs
                     loss, batch_sums = policy_loss(
                         logps,
@@ -271,6 +273,7 @@ class PolicyTrainer:
                 sums["clipped_tokens"] += batch_sums["clipped_tokens"]
                 if iteration == 0:
                     sums["kl_sum"] += batch_sums.get("kl_sum", 0.0)
+                    sums["masked_tokens"] += batch_sums.get("masked_tokens", 0.0)
                 done += batch["input_ids"].shape[0]
                 if progress is not None:
                     progress(done, total_work, {"loss": loss_sum})
@@ -289,18 +292,22 @@ class PolicyTrainer:
             "clip_fraction": sums["clipped_tokens"] / (trained * config.num_iterations),
             "entropy": sums["entropy_sum"] / trained,
             "logprob_gap_sampler": sums["gap_sum"] / sums["gap_tokens"] if sums["gap_tokens"] else math.nan,
+            "logprob_gap_sampler_max": self.ranks.largest(gap_max) if sums["gap_tokens"] else math.nan,
             "kl_sampler": sums["gap_kl_sum"] / sums["gap_tokens"] if sums["gap_tokens"] else math.nan,
             "learning_rate": config.learning_rate,
         }
         if config.beta > 0:
             metrics["kl"] = sums["kl_sum"] / trained
+        if config.icepop is not None:
+            metrics["mismatch_masked"] = sums["masked_tokens"] / trained
         return {k: v for k, v in metrics.items() if not (isinstance(v, float) and math.isnan(v))}
 
     @staticmethod
     def _first_pass_sums(
         sums: dict[str, float], batch: dict[str, Any], old_logps: torch.Tensor, logits: ScaledLogits
-    ) -> None:
-        """Metrics of the policy at the start of the step: entropy of the trained tokens, distance to the sampler.
+    ) -> float:
+        """Metrics of the policy at the start of the step: entropy of the trained tokens, distance to the sampler;
+        returns the largest |logprob gap| to the sampler of this micro-batch.
 
         `kl_sampler` is KL(sampler || policy) by the k3 estimator on the sampled tokens: near 0 on policy,
         growing with staleness or an engine whose numbers differ from the trainer's.
@@ -316,6 +323,7 @@ class PolicyTrainer:
             sums["gap_sum"] += float(delta.abs().sum())
             sums["gap_kl_sum"] += float((torch.exp(delta) - delta - 1).sum())
             sums["gap_tokens"] += float(known.sum())
+            return float(delta.abs().max()) if delta.numel() else 0.0
 
     def _no_grad_logprobs(self, batches: list[dict[str, Any]], *, base: bool = False) -> list[torch.Tensor]:
         """Logprobs of the current policy (or of the base model, adapter disabled) for every micro-batch."""

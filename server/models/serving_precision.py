@@ -1,0 +1,94 @@
+"""The precision a transformers engine samples from (`ModelConfig.serving_dtype`), apart from the trainer's.
+
+Decoding on a CPU is bound by the bytes of weights read per token, so an engine serving from bf16 or int8
+weights samples faster than one reading fp32. The trainer keeps its own copy of the base in `dtype`: the
+policy it trains is exact, and each step corrects for the sampler's different numbers (`mismatch_corrected`).
+The LoRA stays fp32 on top of either: PEFT upcasts an adapter over bf16 layers, and an `Int8Linear` returns
+fp32, so a step's small update is not rounded away.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from art_agents.server.errors import ServiceError
+from art_agents.train_config import ModelConfig, TrainConfig
+
+# What a step uses for a field left None when the engine samples at another precision than the trainer trains:
+# the cap of TRL's and ART's truncated importance sampling, and IcePop's band.
+MISMATCH_TIS_CAP = 2.0
+MISMATCH_ICEPOP = (0.5, 5.0)
+
+
+def training_dtype(config: ModelConfig, device: str) -> str:
+    """The trainer's precision: `dtype`, auto being bf16 on CUDA and fp32 elsewhere."""
+    if config.dtype != "auto":
+        return config.dtype
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+def serving_dtype(config: ModelConfig, device: str) -> str:
+    """The engine's precision: `serving_dtype`, auto being the trainer's."""
+    return training_dtype(config, device) if config.serving_dtype == "auto" else config.serving_dtype
+
+
+def serves_apart(config: ModelConfig, device: str) -> bool:
+    """Whether the engine samples at another precision than the trainer trains (then it holds its own base)."""
+    return serving_dtype(config, device) != training_dtype(config, device)
+
+
+def check_serving_dtype(config: ModelConfig, engine: str, device: str) -> None:
+    """Refuse, by name and with the fix, a serving precision this engine or machine cannot run (a 400 at register)."""
+    precision = serving_dtype(config, device)
+    if config.serving_dtype == "auto" or engine == "scripted":
+        return
+    if engine != "transformers":
+        raise ServiceError(
+            400, f"serving_dtype={precision!r} is for the transformers engine; the {engine} engine samples in `dtype`"
+        )
+    if precision == "int8":
+        _check_int8(device)
+    elif precision in ("bfloat16", "float16"):
+        _check_float(precision, device)
+
+
+def _check_int8(device: str) -> None:
+    import torch
+
+    if not device.startswith("cpu"):
+        raise ServiceError(400, f"serving_dtype='int8' runs on the CPU only (this model is on {device}); use bfloat16")
+    engines = set(torch.backends.quantized.supported_engines) - {"none"}
+    if not engines:
+        raise ServiceError(
+            400,
+            "serving_dtype='int8' needs a torch built with quantized kernels (fbgemm, onednn or "
+            "qnnpack) and this one has none; use bfloat16 or float32",
+        )
+
+
+def _check_float(precision: str, device: str) -> None:
+    import torch
+
+    dtype = getattr(torch, precision)
+    if device.startswith("cuda"):
+        supported = torch.cuda.is_bf16_supported() if dtype is torch.bfloat16 else True
+    else:
+        try:
+            supported = bool(torch.isfinite(torch.ones(2, 2, dtype=dtype) @ torch.ones(2, 2, dtype=dtype)).all())
+        except RuntimeError:
+            supported = False
+    if not supported:
+        raise ServiceError(400, f"serving_dtype={precision!r} cannot run on {device} here; use float32 or int8")
+
+
+def mismatch_corrected(config: TrainConfig, model: ModelConfig, device: str) -> TrainConfig:
+    """The config a step trains with: truncated importance sampling and IcePop's mask filled in where the engine
+    samples at another precision than the trainer (`correct_serving_mismatch`), else `config` itself."""
+    if not config.correct_serving_mismatch or not serves_apart(model, device):
+        return config
+    update: dict[str, Any] = {}
+    if config.tis_cap is None:
+        update["tis_cap"] = MISMATCH_TIS_CAP
+    if config.icepop is None:
+        update["icepop"] = MISMATCH_ICEPOP
+    return config.model_copy(update=update) if update else config
