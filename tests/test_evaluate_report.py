@@ -44,7 +44,8 @@ def test_the_report_shows_the_comparison(model_dir: Path) -> None:
     assert '<td class="l">good</td><td class="l">weak</td><td class="">6</td>' in page  # the pair: 6 paired scenarios
     assert "unknown" in page  # no price for these endpoints
     models, pairs = _eval_tables(model_dir)
-    assert [c.header for c in models.columns][:4] == ["model", "scenarios\nrun/failed", "rollouts\nfailed", "mean\nreward"]
+    headers = [c.header for c in models.columns][:4]
+    assert headers == ["model", "scenarios\nrun/failed", "rollouts\nfailed", "mean\nreward"]
     assert list(pairs.columns[2].cells) == ["6"] and list(pairs.columns[6].cells) == ["4/0/2"]
 
 
