@@ -100,6 +100,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sft-batch", type=int, default=8, help="teacher rollouts per SFT optimizer step")
     p.add_argument("--sft-lr", type=float, default=5e-4)
     p.add_argument("--prefix-cache-mb", type=float, help="the engine's prefix cache (default: ModelConfig's; 0 = off)")
+    p.add_argument(
+        "--serving-dtype",
+        choices=["auto", "float32", "bfloat16", "int8"],
+        default="auto",
+        help="the precision the engine samples from (ModelConfig.serving_dtype); training stays fp32",
+    )
     p.add_argument("--no-shaping", action="store_true", help="pass/fail reward only")
     p.add_argument(
         "--curriculum",
@@ -158,6 +164,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
         lora_alpha=2 * args.lora_rank,
         max_batch_size=max(len(val), args.groups_per_step * args.group_size),
         seed=args.seed,
+        serving_dtype=args.serving_dtype,
         **({} if args.prefix_cache_mb is None else {"prefix_cache_mb": args.prefix_cache_mb}),
     )
     # one server for every rollout: the calculator has no state, the shop's database is read-only
