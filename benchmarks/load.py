@@ -4,8 +4,8 @@ committing, and clients that hang up mid-stream.
 `art-agents serve` runs as its own process with the tiny model; `--clients` concurrent clients ask for short
 completions without pause for `--minutes`, spread evenly over every protocol the server speaks (Chat
 Completions, Responses, Anthropic Messages, legacy Completions), streamed and not, each through its own SDK
-(soak_clients.py). A train call on the latest chat completions runs every `--train-every` seconds, and every
-`--disconnect-every` seconds one more client opens a stream and closes its connection after the first event.
+(soak_clients.py). A train call on the latest chat completions runs every `--train-every` seconds, and
+`--disconnect-every` seconds after the last one, one more client opens a stream and hangs up after its first event.
 Each request is agent-shaped: one of four long system prompts (shared heads the prefix cache serves) and a
 question of its own (new blocks that fill the cache until it evicts).
 
@@ -74,11 +74,12 @@ async def trainer_loop(model: Any, every_s: float, stop_at: float, tally: Tally,
 async def sample_memory(pid: int, stop_at: float, tally: Tally, memory: dict[str, float]) -> None:
     """Every 5 s: the server's resident memory; `warm` is its first sample once a step has committed."""
     began = time.monotonic()
-    while time.monotonic() < stop_at:
-        await asyncio.sleep(min(5.0, max(0.0, stop_at - time.monotonic())))
+    while time.monotonic() + 5.0 < stop_at:  # the end is sampled once the clients have stopped
+        await asyncio.sleep(5.0)
         mb = resident_mb(pid)
         memory["peak"] = max(memory.get("peak", 0.0), mb)
-        memory[f"minute {int((time.monotonic() - began) // 60) + 1}"] = mb  # its last sample
+        elapsed = min(time.monotonic(), stop_at - 1.0) - began  # a late wake-up still counts in the last minute
+        memory[f"minute {int(elapsed // 60) + 1}"] = mb  # its last sample
         if tally.committed and "warm" not in memory:
             memory["warm"] = mb
 

@@ -185,8 +185,8 @@ async def client_loop(index: int, calls: Calls, kind: tuple[str, bool], stop_at:
 
 
 async def disconnect_loop(calls: Calls, every_s: float, stop_at: float, tally: Tally) -> None:
-    """Every `every_s`, a streamed call of the next protocol whose client hangs up after the first event, as a
-    user's Ctrl-C or a crashed agent does mid-stream (the request itself must have been answered)."""
+    """`every_s` after the last, a streamed call of the next protocol whose client hangs up after its first event,
+    as a user's Ctrl-C or a crashed agent does mid-stream (the request itself must have been answered)."""
     generator, turn = random.Random(-1), 0
     while time.monotonic() + every_s < stop_at:
         await asyncio.sleep(every_s)
