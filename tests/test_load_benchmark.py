@@ -22,7 +22,7 @@ def test_the_soak_serves_every_protocol_without_failures_or_lost_steps(tmp_path:
     out, scratch = tmp_path / "load.json", tmp_path / "tmp"
     scratch.mkdir()
     result = subprocess.run(
-        [sys.executable, str(script), "--clients", "8", "--minutes", "0.3", "--train-every", "5",
+        [sys.executable, str(script), "--clients", "8", "--minutes", "0.3", "--train-every", "4",
          "--disconnect-every", "2", "--max-tokens", "4", "--json-out", str(out)],
         capture_output=True, text=True, timeout=300, env={**os.environ, "TMPDIR": str(scratch)},
     )  # fmt: skip
