@@ -94,6 +94,25 @@ def test_report_without_flags_shows_the_most_recent_run_and_names_the_others(tmp
     assert nothing.returncode == 1 and "no trained models in this folder" in nothing.stdout
 
 
+def test_report_open_without_a_browser_names_the_page_and_says_none_was_found(tmp_path: Path) -> None:
+    model_dir = _trained_model(tmp_path / ".art", "quickstart", "quickstart", 0.75)
+    no_browsers = tmp_path / "bin"
+    no_browsers.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER")}
+    result = subprocess.run(
+        [sys.executable, "-m", "art_agents", "report", str(tmp_path / ".art" / "quickstart"), "--open"],
+        capture_output=True,
+        text=True,
+        env={**env, "PATH": str(no_browsers)},  # no www-browser, lynx, xdg-open, ...: webbrowser finds none
+    )
+    assert result.returncode == 0, result.stderr
+    page = (model_dir / "report.html").resolve()
+    assert page.exists() and result.stdout.splitlines()[-1] == (
+        f"--open: no web browser was found here; open {page} in one (or copy it to a machine with one), or set "
+        "BROWSER to a browser's command"
+    )
+
+
 def test_start_up_models_are_checked_before_the_server_loads_anything(tiny_model_path: Path) -> None:
     from art_agents.server.ops.cli import _start_up_models
 

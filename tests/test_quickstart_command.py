@@ -5,9 +5,11 @@ one-line Ctrl-C, and `art-agents report` finding the run."""
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -108,5 +110,34 @@ def test_ctrl_c_prints_one_line_saying_what_is_saved_and_leaves_no_server(tmp_pa
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
     message = lines[0]
-    assert message.startswith("interrupted: checkpoint ") and "rerun `art-agents quickstart` to continue" in message
+    assert (
+        message.startswith("interrupted: checkpoint ")
+        and "rerun `art-agents quickstart --steps 50` to continue" in message
+    )
     assert not server_processes(tmp_path / ".art")
+
+
+def test_ctrl_c_while_the_tiny_model_builds_ends_the_run_at_once_and_repeats_the_users_flags(tmp_path: Path) -> None:
+    import psutil
+
+    art_path = tmp_path / "my runs" / ".art"
+    process = subprocess.Popen(
+        [*QUICKSTART, "--art-path", str(art_path), "--steps", "3"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    builder = None
+    for _ in range(600):  # the tiny model is built in a child of its own, which a Ctrl-C ends with the run
+        builder = next((c for c in psutil.Process(process.pid).children() if "tiny-model" in c.cmdline()), None)
+        if builder is not None or process.poll() is not None:
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    again = f"art-agents quickstart --steps 3 --art-path {shlex.quote(str(art_path))}"  # quoted: a space in it
+    assert err.strip().splitlines() == [f"interrupted: nothing was trained yet; `{again}` starts the run"]
+    assert builder is not None and not builder.is_running()
+    quickstart = art_path / "quickstart"
+    assert not quickstart.exists() or list(quickstart.iterdir()) == []  # no half-built model, no temp folder

@@ -113,8 +113,14 @@ def _write_pages(console: Console, dirs: list[Path], html: Path | None, open_pag
             console.print(str(exc), markup=False, soft_wrap=True)
             return
         console.print(f"report: {page}", markup=False, highlight=False, soft_wrap=True)
-        if open_page:
-            webbrowser.open(page.resolve().as_uri())
+        if open_page and not webbrowser.open(page.resolve().as_uri()):
+            console.print(
+                f"--open: no web browser was found here; open {page.resolve()} in one (or copy it to a machine with "
+                "one), or set BROWSER to a browser's command",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
 
 def _table(model_dir: Path) -> Table:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import shlex
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +21,7 @@ from art_agents.server.ops.trainer_node_command import trainer_node
 from art_agents.wire import RegisterRequest
 
 LOOPBACK_NAMES = {"localhost"}
+QUICKSTART_STEPS = 20
 
 
 VLLMPython = Annotated[
@@ -254,7 +256,9 @@ def tiny_model(
 
 
 def quickstart(
-    steps: Annotated[int, typer.Option(help="Train until the model's checkpoint reaches this step.")] = 20,
+    steps: Annotated[
+        int, typer.Option(help="Train until the model's checkpoint reaches this step.")
+    ] = QUICKSTART_STEPS,
     art_path: Annotated[
         Path, typer.Option(help="Server folder (the quickstart's model lives in quickstart/ inside it).")
     ] = DEFAULT_ART_PATH,
@@ -273,11 +277,24 @@ def quickstart(
     def interrupted() -> str:
         from art_agents.server.storage.checkpoints import latest_step
 
+        again = quickstart_again(steps, art_path, rollouts)
         step = latest_step(model_folder(art_path))
-        saved = f"checkpoint {step} is saved" if step is not None else "nothing was saved yet"
-        return f"{saved} in {model_folder(art_path)}; rerun `art-agents quickstart` to continue"
+        if not step:  # none yet, or only the untrained step 0
+            return f"nothing was trained yet; `{again}` starts the run"
+        return f"checkpoint {step} is saved in {model_folder(art_path)}; rerun `{again}` to continue"
 
     run_job(lambda: train_quickstart(steps, art_path, fresh=fresh, rollouts=rollouts), interrupted)
+
+
+def quickstart_again(steps: int, art_path: Path, rollouts: int) -> str:
+    """The command that carries on a quickstart run: its flags that differ from the defaults, less `--fresh`
+    (which would start it over)."""
+    flags = [
+        *(["--steps", str(steps)] if steps != QUICKSTART_STEPS else []),
+        *(["--art-path", str(art_path)] if art_path != DEFAULT_ART_PATH else []),
+        *(["--rollouts", str(rollouts)] if rollouts != ROLLOUTS_PER_GROUP else []),
+    ]
+    return shlex.join(["art-agents", "quickstart", *flags])
 
 
 def register(app: typer.Typer) -> None:

@@ -196,7 +196,7 @@ async def train_quickstart(
     """
     from art_agents.backends.local import LocalBackend
     from art_agents.model import TrainableModel
-    from art_agents.server.ops.tiny_model import build_tiny_model
+    from art_agents.server.ops.tiny_model import build_tiny_model_in_child
     from art_agents.server.storage.checkpoints import latest_step
 
     folder = model_folder(art_path)
@@ -215,7 +215,7 @@ async def train_quickstart(
         return []
     base = art_path / PROJECT / "tiny-model"
     if not (base / "config.json").exists():
-        build_tiny_model(base)
+        await build_tiny_model_in_child(base)  # not in this process: a Ctrl-C during its imports ends the run at once
     backend = LocalBackend(art_path)
     try:
         model = TrainableModel(name=PROJECT, project=PROJECT, base_model=str(base.resolve()), config=TOY_MODEL_CONFIG)

@@ -124,3 +124,37 @@ def build_tiny_model(
     tokenizer.save_pretrained(path)
     (path / "tiny_model.json").write_text(json.dumps({"arch": arch, "seed": seed, "built_by": "art_agents"}) + "\n")
     return path
+
+
+async def build_tiny_model_in_child(path: Path) -> Path:
+    """`build_tiny_model(path)` in a child process, into a temp folder renamed into place: the seconds it spends
+    importing torch stay cancellable (a Ctrl-C ends the quickstart at once, and the child and its half-built
+    folder with it), and a folder at `path` is always a whole model."""
+    import asyncio
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from art_agents.errors import ArtError
+
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    command = [sys.executable, "-m", "art_agents", "tiny-model", str(tmp)]
+    # Its own session, as the server's: a Ctrl-C in the terminal reaches only the quickstart, which ends it.
+    child = await asyncio.create_subprocess_exec(
+        *command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
+    try:
+        _, err = await child.communicate()
+    finally:
+        if child.returncode is None:
+            child.kill()
+            await child.wait()
+        if child.returncode != 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+    if child.returncode != 0:
+        last = err.decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise ArtError(f"building the tiny model in {path} failed ({last[0]}); run `art-agents tiny-model {path}`")
+    os.rename(tmp, path)
+    return path
