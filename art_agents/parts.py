@@ -15,9 +15,13 @@ SERVER_APP = "art_agents.server.http.app:create_app"
 # `TrainableModel.export()`: a checkpoint of a LocalBackend's model written out by the server's export (in this
 # process: it needs torch and PEFT, which LocalBackend's `server` extra installs, and the checkpoints on this disk).
 EXPORT = "art_agents.server.export.writer:export_model"
-# `art-agents eval RUN_FOLDER`: which autorl/mcp-rl run a folder holds, and its held-out split with its own rollout.
-RUN_KIND = "art_agents.autorl.run_eval:run_kind"
-RUN_EVALUATION = "art_agents.autorl.run_eval:run_evaluation"
+# `art-agents eval RUN_FOLDER`: the kind of run a folder holds (its task.json says which) -> the context manager that
+# gives its held-out split, its own rollout and its model.
+RUN_EVALUATIONS = {
+    "autorl": "art_agents.autorl.run_eval:run_evaluation",
+    "mcp-rl": "art_agents.autorl.run_eval:run_evaluation",
+    "quickstart": "art_agents.server.ops.quickstart_eval:run_evaluation",
+}
 # `Model.chat_model()`: a LangChain ChatOpenAI whose calls are captured (the `langgraph` extra).
 CHAT_MODEL = "art_agents.integrations.langgraph:chat_model"
 # `report_to` name -> the Reporter class that takes the model; each needs the extra of the same name.

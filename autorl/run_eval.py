@@ -23,20 +23,7 @@ from art_agents.errors import ArtError
 from art_agents.model import Model, TrainableModel
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
-KINDS = ("autorl", "mcp-rl")
 Rollout = Callable[[Model, Any], Awaitable[Trajectory]]
-
-
-def run_kind(path: Path) -> str | None:
-    """'autorl' or 'mcp-rl' when `path` is such a run's `--out` folder (its task.json says which), else None."""
-    task_file = path / "task.json"
-    if not task_file.is_file():
-        return None
-    try:
-        kind = json.loads(task_file.read_text(encoding="utf-8")).get("kind")
-    except (ValueError, AttributeError):
-        return None
-    return kind if kind in KINDS else None
 
 
 @dataclass
@@ -47,6 +34,10 @@ class RunEvaluation:
     rollout: Rollout
     heldout: list[Any]
     config: RunConfig
+
+    @property
+    def name(self) -> str:
+        return self.config.name
 
     def registered(self) -> AbstractAsyncContextManager[TrainableModel]:
         """The run's model on a local server over the folder's art path, for its steps."""

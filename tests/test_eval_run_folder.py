@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -68,3 +69,32 @@ def test_a_folder_that_is_no_run_gets_one_error_line(tmp_path: Path) -> None:
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path} is neither a job file nor")
     assert "--scenarios HELDOUT.jsonl" in lines[0] and "art-agents autorl" in lines[0]
+
+
+def test_the_quickstarts_model_folder_compares_its_base_with_its_trained_step(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    from art_agents.evaluation.files import read_runs
+    from art_agents.server.ops.quickstart import HELDOUT_PROMPTS, PROMPTS, model_folder, toy_reward, train_quickstart
+
+    art_path = tmp_path / ".art"
+    shutil.copytree(tiny_model_path, art_path / "quickstart" / "tiny-model")  # the model it would build
+    asyncio.run(train_quickstart(2, art_path))
+    load_parts()
+    folder = model_folder(art_path)
+    result = CliRunner().invoke(app, ["eval", str(folder)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.split()[:3] == ["quickstart@2", "quickstart@0", str(len(HELDOUT_PROMPTS))] for line in lines)
+    saved = folder / "eval" / "heldout"
+    summary = json.loads((saved / "summary.json").read_text())
+    assert [(m["model"], m["scenarios"]) for m in summary["models"]] == [("quickstart@0", 8), ("quickstart@2", 8)]
+    for step in (0, 2):
+        trajectories = [t for run in read_runs(saved / f"quickstart@{step}.jsonl").values() for t in run.trajectories]
+        asked = {t.messages[0].content for t in trajectories}
+        assert asked == set(HELDOUT_PROMPTS) and not asked & set(PROMPTS)  # held out: never trained on
+        assert all(t.reward == toy_reward(t.messages[-1].content or "") for t in trajectories)  # its own reward
+        assert {t.turns[0].model for t in trajectories} == {f"quickstart@{step}"}  # the step asked for was served
+
+    judged = CliRunner().invoke(app, ["eval", str(folder), "--judge-model", "openai/judge"])
+    assert judged.exit_code == 1 and "the quickstart scores with its own reward" in judged.output

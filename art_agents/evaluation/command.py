@@ -1,9 +1,11 @@
 """`art-agents eval JOB.toml --scenarios HELDOUT.jsonl --models ...` or `art-agents eval RUN_FOLDER --models ...`:
-`art.evaluate` with a training job's rollout, or with an `autorl`/`mcp-rl` run's own rollout and held-out split."""
+`art.evaluate` with a training job's rollout, or with an `autorl`/`mcp-rl` run's or the quickstart's own rollout and
+held-out split."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -28,7 +30,8 @@ def eval_job(
         typer.Argument(
             exists=True,
             metavar="JOB_FILE|RUN_FOLDER",
-            help="The TOML job file of `art-agents train`, or the --out folder of an `autorl` or `mcp-rl` run.",
+            help="The TOML job file of `art-agents train`, the --out folder of an `autorl` or `mcp-rl` run, or the "
+            "quickstart's model folder (.art/quickstart/models/quickstart).",
         ),
     ],
     scenarios: Annotated[
@@ -73,17 +76,19 @@ def eval_job(
     options: dict[str, Any] = {"name": name, "rollouts_per_scenario": rollouts_per_scenario}
     wanted = [m.strip() for m in models.split(",") if m.strip()]
     if source.is_dir():
-        if parts.load(parts.RUN_KIND)(source) is None:
+        kind = run_kind(source)
+        if kind is None:
             typer.echo(
-                f"error: {source} is neither a job file nor an autorl/mcp-rl run folder: pass the TOML job file of "
-                "`art-agents train` (with --scenarios HELDOUT.jsonl) or the --out folder of `art-agents autorl` or "
-                "`art-agents mcp-rl` (it holds task.json)",
+                f"error: {source} is neither a job file nor a run folder: pass the TOML job file of `art-agents "
+                "train` (with --scenarios HELDOUT.jsonl), the --out folder of `art-agents autorl` or `art-agents "
+                "mcp-rl`, or the quickstart's model folder (.art/quickstart/models/quickstart); a run folder holds "
+                "task.json",
                 err=True,
             )
             raise typer.Exit(2)
         judge = {"judge_model": judge_model, "judge_params": {"api_base": judge_api_base, "api_key": judge_api_key}}
         options |= {"out": out or source, "decoding": decoding or "greedy"}
-        _print(_stopping(lambda: _run_folder(source, wanted, judge, reward, options)))
+        _print(_stopping(lambda: _run_folder(source, kind, wanted, judge, reward, options)))
         return
     if scenarios is None:
         typer.echo("error: a job file needs --scenarios HELDOUT.jsonl (the held-out scenarios)", err=True)
@@ -92,13 +97,7 @@ def eval_job(
 
     rollout, heldout, job = _job(source, scenarios)
     wanted = wanted or [f"{job.name}@0", job.name]
-    if job.backend == "local" and _asks_for(wanted, job.name) and not (job.model_folder / "model.json").is_file():
-        typer.echo(
-            f"error: art_path in {source}: {job.art_path} holds no model {job.project}/{job.name} (no "
-            f"{job.model_folder}); set art_path, relative to the job file, to the folder `art-agents train` used",
-            err=True,
-        )
-        raise typer.Exit(2)
+    _check_art_path(job, source, wanted)
     options |= {"out": out, "decoding": decoding or "rollout"}
     _print(_stopping(lambda: _evaluate(rollout, heldout, wanted, job.name, lambda: job_model(job), options)))
 
@@ -121,6 +120,17 @@ def _job(job_file: Path, scenarios: Path) -> tuple[Any, list[Any], TrainJob]:
         raise typer.Exit(2) from exc
 
 
+def _check_art_path(job: TrainJob, job_file: Path, wanted: list[str]) -> None:
+    """Exit 2 before a local server creates an empty model folder for steps that were never trained there."""
+    if job.backend == "local" and _asks_for(wanted, job.name) and not (job.model_folder / "model.json").is_file():
+        typer.echo(
+            f"error: art_path in {job_file}: {job.art_path} holds no model {job.project}/{job.name} (no "
+            f"{job.model_folder}); set art_path, relative to the job file, to the folder `art-agents train` used",
+            err=True,
+        )
+        raise typer.Exit(2)
+
+
 def _stopping(job: Callable[[], Awaitable[Evaluation]]) -> Evaluation:
     from art_agents.errors import ArtError
 
@@ -131,15 +141,24 @@ def _stopping(job: Callable[[], Awaitable[Evaluation]]) -> Evaluation:
         raise typer.Exit(1) from exc
 
 
+def run_kind(folder: Path) -> str | None:
+    """The kind of run `folder` holds (autorl, mcp-rl, quickstart: its task.json says which), if `eval` knows it."""
+    try:
+        kind = json.loads((folder / "task.json").read_text(encoding="utf-8")).get("kind")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return kind if kind in parts.RUN_EVALUATIONS else None
+
+
 async def _run_folder(
-    folder: Path, wanted: list[str], judge: dict[str, Any], reward: str | None, options: dict[str, Any]
+    folder: Path, kind: str, wanted: list[str], judge: dict[str, Any], reward: str | None, options: dict[str, Any]
 ) -> Evaluation:
     """The run's held-out split with its own scored rollout; by default its step 0 against its latest step."""
     from art_agents.jobs import load_function
 
     scorer = load_function(reward, "reward") if reward else None
-    async with parts.load(parts.RUN_EVALUATION)(folder, reward=scorer, **judge) as run:
-        ours = run.config.name
+    async with parts.load(parts.RUN_EVALUATIONS[kind])(folder, reward=scorer, **judge) as run:
+        ours = run.name
         return await _evaluate(run.rollout, run.heldout, wanted or [f"{ours}@0", ours], ours, run.registered, options)
 
 

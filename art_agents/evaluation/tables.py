@@ -80,7 +80,7 @@ def eval_tables(summary: EvalSummary) -> list[Table]:
         if not rows:
             continue
         table = Table(
-            title=f"evaluation {summary.name}: {kind}", box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), show_edge=False
+            title=f"evaluation {summary.name}: {kind}", box=box.SIMPLE_HEAD, padding=0, show_edge=False
         )
         for i, column in enumerate(head):
             if i < names:

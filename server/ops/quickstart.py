@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from art_agents.atomic import write_text_atomic
 from art_agents.backends.local import DEFAULT_ART_PATH
 from art_agents.capture import rollout
 from art_agents.gather import gather_trajectory_groups
@@ -23,11 +24,18 @@ from art_agents.trajectory import Trajectory, TrajectoryGroup
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-    from art_agents.model import TrainableModel
+    from art_agents.model import Model, TrainableModel
 
 PROJECT = "quickstart"
 TARGET = "a"
 PROMPTS = ["Write the letter a, many times.", "Say aaaa!", "Only use the letter a."]
+# Never trained on: `art-agents eval` on the model folder compares its steps on these (see save_eval_task).
+HELDOUT_PROMPTS = [
+    "Type the letter a again and again.", "Answer with aaaa.", "Reply using only the letter a.",
+    "Write a long row of a.", "Give me the letter a, repeated.", "Nothing but a, please.",
+    "Say aaaaaaaa.", "Fill the line with the letter a.",
+]  # fmt: skip
+EVAL_TASK_FILE, HELDOUT_FILE = "task.json", "heldout.jsonl"  # in the model folder
 ROLLOUTS_PER_GROUP = 8
 MAX_TOKENS = 8
 # Rounds in a row without an update (every group scored alike) after which the toy task has converged.
@@ -53,7 +61,7 @@ def toy_reward(text: str) -> float:
     return text.count(TARGET) / len(text) if text else 0.0
 
 
-async def _one_rollout(client: AsyncOpenAI, model: TrainableModel, prompt: str, seed: int) -> Trajectory:
+async def toy_rollout(client: AsyncOpenAI, model: Model, prompt: str, seed: int) -> Trajectory:
     async with rollout(prompt=prompt) as trajectory:
         response = await client.chat.completions.create(
             model=model.name,
@@ -76,7 +84,7 @@ async def rollout_groups(
     """
     base = 10_000 * step + 1_000 * attempt
     groups = [
-        TrajectoryGroup(_one_rollout(client, model, prompt, seed=base + 100 * p + i) for i in range(rollouts))
+        TrajectoryGroup(toy_rollout(client, model, prompt, seed=base + 100 * p + i) for i in range(rollouts))
         for p, prompt in enumerate(PROMPTS)
     ]
     return await gather_trajectory_groups(groups, pbar_desc=None)
@@ -155,6 +163,15 @@ def model_folder(art_path: Path) -> Path:
     return art_path / PROJECT / "models" / PROJECT
 
 
+def save_eval_task(folder: Path, base: Path) -> None:
+    """Keep in the model folder what `art-agents eval FOLDER` needs to compare its steps offline: the held-out
+    prompts (`heldout.jsonl`) and the base model, the reward named in `task.json` (quickstart_eval.py reads them)."""
+    rows = [{"id": f"heldout-{i}", "prompt": prompt} for i, prompt in enumerate(HELDOUT_PROMPTS)]
+    write_text_atomic(folder / HELDOUT_FILE, "".join(json.dumps(row) + "\n" for row in rows))
+    task = {"kind": "quickstart", "base_model": str(base.resolve()), "reward": f"{__name__}:toy_reward"}
+    write_text_atomic(folder / EVAL_TASK_FILE, json.dumps(task, indent=2) + "\n")
+
+
 @dataclass
 class Stall:
     """A run that stopped short of its steps: `MAX_ROUNDS_WITHOUT_UPDATE` rounds in a row without reward spread.
@@ -220,6 +237,7 @@ async def train_quickstart(
     try:
         model = TrainableModel(name=PROJECT, project=PROJECT, base_model=str(base.resolve()), config=TOY_MODEL_CONFIG)
         await model.register(backend)
+        save_eval_task(folder, base)
         resumed = f"resuming at step {first}: {steps - first} steps to go (--fresh starts over); " if first else ""
         print(f"{resumed}serving {model.name}@{first} (tiny random model {base}) at {backend.base_url}")
         print(f"reward = fraction of '{TARGET}' in the reply; {len(PROMPTS)} prompts x {rollouts} rollouts")
