@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -104,6 +105,7 @@ def test_report_open_without_a_browser_names_the_page_and_says_none_was_found(tm
         capture_output=True,
         text=True,
         env={**env, "PATH": str(no_browsers)},  # no www-browser, lynx, xdg-open, ...: webbrowser finds none
+        umask=0o027,
     )
     assert result.returncode == 0, result.stderr
     page = (model_dir / "report.html").resolve()
@@ -111,6 +113,7 @@ def test_report_open_without_a_browser_names_the_page_and_says_none_was_found(tm
         f"--open: no web browser was found here; open {page} in one (or copy it to a machine with one), or set "
         "BROWSER to a browser's command"
     )
+    assert stat.S_IMODE(page.stat().st_mode) == 0o640  # the umask's mode, though written through a 0o600 temp file
 
 
 def test_start_up_models_are_checked_before_the_server_loads_anything(tiny_model_path: Path) -> None:
