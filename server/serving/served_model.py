@@ -19,7 +19,7 @@ from art_agents.server.storage.folder_lock import FolderInUse, FolderLock, lock_
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.policy_model import PolicyModel
 from art_agents.server.training.step_work import StepTrainer
-from art_agents.server.training.trainer_processes import ProcessTrainer, TrainerProcesses
+from art_agents.server.training.trainer_processes import ProcessTrainer, TrainerProcesses, TrainerProcessFailed
 from art_agents.wire import ModelInfo, RegisterRequest
 
 log = logging.getLogger("art_agents.server")
@@ -60,7 +60,7 @@ class ServedModel:
     async def close(self) -> None:
         try:
             if self.trainer_processes is not None:
-                await asyncio.to_thread(self.trainer_processes.stop)
+                await asyncio.to_thread(self.trainer_processes.close)
             await self.engine.close()
             self.store.close()
         finally:
@@ -99,6 +99,7 @@ def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> Serve
         request = RegisterRequest.model_validate_json(meta.read_text(encoding="utf-8"))
     if request.config.engine != "scripted":
         ModelSources.find(request.base_model, request.config.gguf_file)
+    processes = _trainer_processes(model_dir, request)  # before the engine: a refused rendezvous leaves nothing
     try:
         engine = load_engine(request.base_model, request.config, request.name, model_dir)
         policy = PolicyModel.load(request.base_model, request.config, engine.tokenizer, engine.base_weights())
@@ -121,9 +122,6 @@ def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> Serve
         name=request.name, project=request.project, base_model=request.base_model, step=step, config=request.config
     )
     log.info("serving %s@%d from %s", request.name, step, model_dir)
-    processes = None
-    if request.config.trainer_processes:
-        processes = TrainerProcesses(request.base_model, request.config, model_dir)
     return ServedModel(
         info=info,
         model_dir=model_dir,
@@ -133,3 +131,14 @@ def _open(model_dir: Path, request: RegisterRequest, owner: FolderLock) -> Serve
         owner=owner,
         trainer_processes=processes,
     )
+
+
+def _trainer_processes(model_dir: Path, request: RegisterRequest) -> TrainerProcesses | None:
+    """The model's trainer processes (with `trainer_processes`), whose store the other nodes can join from now on;
+    an address the store cannot listen on is a 400 naming it."""
+    if not request.config.trainer_processes:
+        return None
+    try:
+        return TrainerProcesses(request.base_model, request.config, model_dir)
+    except (ValueError, TrainerProcessFailed) as exc:
+        raise ServiceError(400, str(exc)) from exc

@@ -37,9 +37,11 @@ def host_store(address: str) -> Any:
 
 
 def split_address(address: str) -> tuple[str, int]:
+    """HOST and PORT of `address`, checked here: torch takes a port out of range with a traceback of its own."""
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"a rendezvous address is HOST:PORT, not {address!r}")
+    host = host.removeprefix("[").removesuffix("]")  # [::1]:29400
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(f"a rendezvous address is HOST:PORT with PORT 1-65535, not {address!r}")
     return host, int(port)
 
 

@@ -56,9 +56,13 @@ class _Rank:
 
 class TrainerProcesses:
     def __init__(self, base_model: str, config: ModelConfig, model_dir: Path) -> None:
+        """Across nodes, the store opens here, when the model is served, so the nodes can join before any step;
+        on one node, at the first step."""
         self._setup = WorkerSetup(base_model, config, str(model_dir))
         self._address = rendezvous_of(config)
-        self._hosted: Any = None  # the store, hosted from the first step for as long as the model is served
+        self._hosted: Any = None  # the store, hosted until close()
+        if config.trainer_nodes > 1 and self._address:
+            self._hosted = _host(self._address)
         self._group: GroupStore | None = None
         self._ranks: list[_Rank] = []
         self._step = 0
@@ -100,6 +104,11 @@ class TrainerProcesses:
             self._group.give_up()  # the other nodes stop what is left of this generation's ranks
             self._group = None
 
+    def close(self) -> None:
+        """Stop every process and close the store: the model is no longer served."""
+        self.stop()
+        self._hosted = None  # torch closes its listening socket with the last reference
+
     def _start(self) -> None:
         config = self._setup.config
         if not self._address:
@@ -108,7 +117,7 @@ class TrainerProcesses:
                 f"set ModelConfig.trainer_rendezvous or the server's {RENDEZVOUS_ENV} (HOST:PORT)"
             )
         if self._hosted is None:
-            self._hosted = host_store(self._address)
+            self._hosted = _host(self._address)
         self._group = GroupStore(self._hosted, 0).publish(self._setup)
         self._step = 0
         for rank in range(config.trainer_processes):
@@ -237,6 +246,20 @@ def _first_failure(item: tuple[int, tuple]) -> tuple[float, int]:
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else text
+
+
+def _host(address: str) -> Any:
+    """The store at `address`, or one line on why it cannot listen there (torch's error spans a stack of frames)."""
+    from torch.distributed import DistError
+
+    try:
+        return host_store(address)
+    except DistError as exc:
+        cause = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise TrainerProcessFailed(
+            f"cannot host the trainer rendezvous at {address}: {cause}; pick a free port for "
+            f"ModelConfig.trainer_rendezvous (or the server's {RENDEZVOUS_ENV})"
+        ) from exc
 
 
 def rendezvous_of(config: ModelConfig) -> str | None:
