@@ -105,3 +105,33 @@ def test_the_docs_example_lists_the_base_before_the_trained_model() -> None:
     page = (Path(__file__).parents[1] / "docs" / "evaluate.md").read_text()
     example = page[page.index("models=[") : page.index("],", page.index("models=["))]
     assert example.index('"my-agent@0"') < example.index("        model,")
+
+
+async def test_benchmarking_rows_say_their_split_and_sampling_step_and_charts_keep_them_apart(tmp_path: Path) -> None:
+    from art_agents.evaluation.files import append_run
+    from art_agents.jsonl import write_groups
+
+    def said(reward: float, **metadata: str) -> art.Trajectory:
+        chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+        return art.Trajectory(messages_and_choices=chat, reward=reward, metadata=metadata)
+
+    folder = tmp_path / "proj" / "models" / "agent"
+    # step 1's update trained on rollouts sampled from step 0, filed under the checkpoint it made
+    write_groups(folder / "trajectories" / "train" / "0001.jsonl", [art.TrajectoryGroup([said(0.0), said(0.2)])])
+    held_out = ScenarioRun(
+        scenario_id="s0", index=0, rewards=[1.0], trajectories=[said(1.0, evaluated_model="agent@1")]
+    )
+    append_run(folder / "eval" / "heldout" / "agent@1.jsonl", held_out)
+    rows = await benchmarking.load_trajectories("proj", art_path=str(tmp_path))
+    assert sorted((r["split"], r["step"], r["sampled_step"], r["reward"]) for r in rows) == [
+        ("heldout", 1, 1, 1.0), ("train", 1, 0, 0.0), ("train", 1, 0, 0.2),
+    ]  # fmt: skip
+
+    def bars(models: list[Any]) -> list[float]:
+        return [
+            bar.get_height()
+            for bar in benchmarking.percentage_comparison_bar_chart(rows, "reward", models).axes[0].patches
+        ]
+
+    assert bars(["agent"]) == [1.0]  # its last step: the held-out rows only, not averaged with training rows
+    assert bars([("agent", "training", "train")]) == [pytest.approx(0.1)]  # a split asked for by name

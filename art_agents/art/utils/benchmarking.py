@@ -2,10 +2,18 @@
 
 `load_trajectories` reads what this package writes (training and `model.log` trajectories, and `art.evaluate`'s
 files) into ART's row shape, one dict per trajectory: model, split, step, reward, group_number, messages, logs,
-`metric_*` and `metadata_*`. It is a list of dicts, not a polars DataFrame (`polars.DataFrame(rows)` makes one).
-A step of ours that `art.evaluate` ran is filed under its model at that step; any other evaluated model at step 0.
-The charts draw with `art_agents.evaluation.charts` and return a matplotlib Figure, as ART's do; the comparison bar is
-each model's last step with its 95% bootstrap interval (ART stacks first and last step instead).
+`metric_*` and `metadata_*`, and one column ART lacks, `sampled_step`. It is a list of dicts, not a polars DataFrame
+(`polars.DataFrame(rows)` makes one). `split` is the trajectories' folder (`train`, `model.log`'s split) or the
+evaluation's name (`heldout`). `step` is the step a row is filed under: a training row under the checkpoint its
+update made (ART files it under the step that sampled it), so `sampled_step` says which checkpoint sampled each row
+(its turns' policy step). A step of ours that `art.evaluate` ran is filed under its model at that step; any other
+evaluated model at step 0 (its `sampled_step` is None).
+
+The charts draw with `art_agents.evaluation.charts` and return a matplotlib Figure, as ART's do, each row at the step
+that sampled it, and one split per model, as ART's `BenchmarkModelKey(name, display_name, split)` picks: a model
+entry is a name, `(name, shown)`, `(name, shown, split)` or such a key; without a split, a model's evaluation rows
+(every split but `train`) where it has any, else its training rows. The comparison bar is each model's last step
+with its 95% bootstrap interval (ART stacks first and last step instead).
 """
 
 from __future__ import annotations
@@ -26,8 +34,10 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 Row = dict[str, Any]
-ModelKey = str | tuple[str, str]  # a model, or (model, name shown), as ART's `models=` takes them
+# a model, (model, name shown) or (model, name shown, split), or ART's BenchmarkModelKey (name, display_name, split)
+ModelKey = str | tuple[str, str] | tuple[str, str, str] | Any
 _STEP_FILE = re.compile(r"^(?P<name>.+)@(?P<step>\d+)$")
+TRAIN_SPLIT = "train"
 
 
 async def load_trajectories(
@@ -41,7 +51,11 @@ async def load_trajectories(
         for path in sorted((model_dir / "trajectories").glob("*/*.jsonl")):
             for group in read_groups(path):
                 groups += 1
-                rows += [_row(model_dir.name, path.parent.name, int(path.stem), t, groups) for t in group.trajectories]
+                split, step = path.parent.name, int(path.stem)
+                rows += [
+                    _row(model_dir.name, split, step, _sampled_step(t, split, step), t, groups)
+                    for t in group.trajectories
+                ]
         for path in sorted((model_dir / EVAL_FOLDER).glob("*/*.jsonl")):
             for run in read_runs(path).values():
                 groups += 1
@@ -49,17 +63,25 @@ async def load_trajectories(
                     label = str(trajectory.metadata.get("evaluated_model", path.stem))
                     step = _STEP_FILE.match(label)
                     name, at = (step["name"], int(step["step"])) if step else (label, 0)
-                    rows.append(_row(name, path.parent.name, at, trajectory, groups))
+                    rows.append(_row(name, path.parent.name, at, at if step else None, trajectory, groups))
         if debug:
             print(f"{model_dir.name}: {len(rows)} trajectories so far")
     return [row for row in rows if models is None or row["model"] in models]
 
 
-def _row(model: str, split: str, step: int, trajectory: Trajectory, group: int) -> Row:
+def _sampled_step(trajectory: Trajectory, split: str, step: int) -> int:
+    """The checkpoint that sampled a saved trajectory: its turns' policy step; without one, the step before a training
+    file's (its update made the checkpoint it is filed under), else the file's step."""
+    steps = [turn.policy_step for turn in trajectory.turns if turn.policy_step is not None]
+    return min(steps) if steps else step - 1 if split == TRAIN_SPLIT else step
+
+
+def _row(model: str, split: str, step: int, sampled: int | None, trajectory: Trajectory, group: int) -> Row:
     return {
         "model": model,
         "split": split,
         "step": step,
+        "sampled_step": sampled,
         "reward": trajectory.reward,
         "group_number": group,
         "messages": [m.model_dump(exclude_none=True) for m in trajectory.messages],
@@ -72,17 +94,31 @@ def _row(model: str, split: str, step: int, trajectory: Trajectory, group: int) 
 def _values(
     df: Sequence[Row], metric_name: str, models: Sequence[ModelKey] | None
 ) -> dict[str, dict[int, list[float]]]:
-    """{shown name: {step: values}} of the metric (`reward`, a `metric_*` column or its bare name), in model order."""
+    """{shown name: {sampled step: values}} of the metric (`reward`, a `metric_*` column or its bare name), in model
+    order, from one split per model (the key's, else its evaluations where it has any, else its training rows)."""
     column = metric_name if any(metric_name in row for row in df) else f"metric_{metric_name}"
-    keys = [(k, k) if isinstance(k, str) else k for k in models] if models else None
-    names = dict(keys) if keys else {row["model"]: row["model"] for row in df}
-    values: dict[str, dict[int, list[float]]] = {shown: {} for shown in names.values()}
-    for row in df:
-        if row["model"] in names and row.get(column) is not None:
-            values[names[row["model"]]].setdefault(row["step"], []).append(float(row[column]))
+    keys = [_key(k) for k in models] if models else [(m, m, None) for m in dict.fromkeys(r["model"] for r in df)]
+    values: dict[str, dict[int, list[float]]] = {shown: {} for _, shown, _ in keys}
+    for name, shown, split in keys:
+        rows = [row for row in df if row["model"] == name and row.get(column) is not None]
+        evaluated = any(row["split"] != TRAIN_SPLIT for row in rows)
+        splits = {split} if split else {r["split"] for r in rows if (r["split"] != TRAIN_SPLIT) == evaluated}
+        for row in (row for row in rows if row["split"] in splits):
+            at = row["step"] if row.get("sampled_step") is None else row["sampled_step"]
+            values[shown].setdefault(at, []).append(float(row[column]))
     if not any(values.values()):
-        raise ValueError(f"no row has {column!r} for the models asked for")
+        raise ValueError(f"no row has {column!r} for the models (and splits) asked for")
     return {shown: steps for shown, steps in values.items() if steps}
+
+
+def _key(entry: ModelKey) -> tuple[str, str, str | None]:
+    """(model, name shown, split or None) of a `models=` entry."""
+    if isinstance(entry, str):
+        return entry, entry, None
+    if isinstance(entry, tuple):
+        name, shown, *split = entry
+        return name, shown, split[0] if split else None
+    return entry.name, getattr(entry, "display_name", None) or entry.name, getattr(entry, "split", None)
 
 
 def percentage_comparison_bar_chart(
