@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -73,19 +74,30 @@ def wait_gone(pids: list[int], timeout_s: float = 60.0) -> list[int]:
         time.sleep(0.5)
 
 
+@pytest.fixture
+def waiting_node(tmp_path: Path) -> Iterator[tuple[str, Node]]:
+    """The rendezvous address, and node 1 waiting there for the server's store, stopped whatever the test does."""
+    rendezvous = f"127.0.0.1:{free_port()}"
+    waiting = Node(rendezvous, 1, tmp_path / "node1", tmp_path / "art")
+    try:
+        yield rendezvous, waiting
+    finally:
+        waiting.process.terminate()  # the node stops its ranks
+        waiting.process.wait(30)
+
+
 @pytest.mark.slow  # about a minute on a quiet machine: the group is formed twice
 async def test_a_server_killed_mid_step_restarts_at_its_last_step_and_the_node_rejoins(
-    tiny_model_path: Path, tmp_path: Path
+    tiny_model_path: Path, tmp_path: Path, waiting_node: tuple[str, Node]
 ) -> None:
-    art, rendezvous = tmp_path / "art", f"127.0.0.1:{free_port()}"
+    (rendezvous, node1), art = waiting_node, tmp_path / "art"
     config = ModelConfig(trainer_processes=1, trainer_nodes=2, trainer_rendezvous=rendezvous)
     model = TrainableModel(name="agent", project="kill", base_model=str(tiny_model_path), config=config)
-    node = Node(rendezvous, 1, tmp_path / "node1", art)
     first = LocalBackend(art)
     try:
         await model.register(first)
         assert (await model.train(await groups_of(model), STEP, progress=False)).step == 1
-        first_ranks = node.rank_pids()
+        first_ranks = node1.rank_pids()
         assert first_ranks  # node 1 joined the group
         assert first._process is not None
         trainers = [child.pid for child in psutil.Process(first._process.pid).children(recursive=True)]
@@ -103,11 +115,9 @@ async def test_a_server_killed_mid_step_restarts_at_its_last_step_and_the_node_r
         )
         await client.close()
         assert answer.model == "agent@1"
-        assert node.process.poll() is None  # the node was not restarted: the same process rejoins
+        assert node1.process.poll() is None  # the node was not restarted: the same process rejoins
         result = await asyncio.wait_for(model.train(await groups_of(model), STEP, progress=False), 600)
         assert result.step == 2 and await model.get_step() == 2
-        assert node.rank_pids() and set(node.rank_pids()).isdisjoint(first_ranks)  # a new group, node 1 in it
+        assert node1.rank_pids() and set(node1.rank_pids()).isdisjoint(first_ranks)  # a new group, node 1 in it
     finally:
         await second.close()
-        node.process.terminate()
-        node.process.wait(30)
