@@ -26,6 +26,7 @@ from art_agents.server.models.serving_precision import (
     check_serving_dtype,
     mismatch_corrected,
     serves_apart,
+    serving_copy,
 )
 from art_agents.server.training.loss import BatchTotals, policy_loss
 from art_agents.train_config import TrainConfig
@@ -95,6 +96,34 @@ def test_a_step_is_corrected_only_where_the_engine_samples_at_another_precision(
     assert (mine.tis_cap, mine.icepop) == (3.0, MISMATCH_ICEPOP)  # what the user set is kept
     off = TrainConfig(correct_serving_mismatch=False)
     assert mismatch_corrected(off, int8, "cpu") is off
+
+
+@pytest.mark.parametrize("precision", ["bfloat16", "int8"])
+def test_the_engines_copy_converts_the_base_and_leaves_the_trainers_alone(
+    tiny_model_path: Path, precision: str
+) -> None:
+    from art_agents.server.models.int8_linear import Int8Linear
+    from art_agents.server.models.lora_model import load_peft_model
+
+    trainer, _ = load_peft_model(str(tiny_model_path), ModelConfig())
+    before = {name: param.clone() for name, param in trainer.named_parameters()}
+    engine = serving_copy(trainer, precision)
+    assert all(
+        torch.equal(param, before[name]) and param.dtype == torch.float32 for name, param in trainer.named_parameters()
+    )
+    lora = {name: param for name, param in engine.named_parameters() if "lora_" in name}
+    assert lora and all(param.dtype == torch.float32 for param in lora.values())
+    q_proj = engine.get_submodule("base_model.model.model.layers.0.self_attn.q_proj.base_layer")
+    if precision == "int8":
+        assert isinstance(q_proj, Int8Linear) and isinstance(
+            engine.get_submodule("base_model.model.lm_head"), Int8Linear
+        )
+    else:
+        assert q_proj.weight.dtype == torch.bfloat16
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        gap = (torch.log_softmax(engine(ids).logits.float(), -1) - torch.log_softmax(trainer(ids).logits, -1)).abs()
+    assert 0 < float(gap.max()) < 0.5  # the same model, read at another precision
 
 
 def test_an_icepop_band_must_hold_one() -> None:

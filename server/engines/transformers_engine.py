@@ -43,7 +43,7 @@ from art_agents.server.engines.sampler import row_random, sample
 from art_agents.server.engines.stream_text import IncrementalDecoder
 from art_agents.server.host.memory import trim_heap
 from art_agents.server.models.lora_model import load_lora_weights, load_peft_model, stop_token_ids
-from art_agents.server.models.serving_precision import serves_apart
+from art_agents.server.models.serving_precision import serves_apart, serving_copy, serving_dtype
 from art_agents.train_config import ModelConfig
 
 log = logging.getLogger("art_agents.server")
@@ -59,8 +59,11 @@ def _decoding_thread() -> concurrent.futures.ThreadPoolExecutor:
 class TransformersEngine:
     """Batched sampling from a PEFT model with transformers, on CPU or GPU."""
 
-    def __init__(self, model: Any, tokenizer: Any, config: ModelConfig, *, step: int = 0) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, config: ModelConfig, *, step: int = 0, training_base: Any | None = None
+    ) -> None:
         self.model = model
+        self._training_base = training_base  # the trainer's base, when `model` samples in a precision of its own
         self.tokenizer = tokenizer
         self.config = config
         self.step = step
@@ -84,12 +87,14 @@ class TransformersEngine:
 
     @classmethod
     def load(cls, base_model: str, config: ModelConfig) -> TransformersEngine:
-        model, tokenizer = load_peft_model(base_model, config, serving=True)
+        model, tokenizer = load_peft_model(base_model, config)
+        device = str(next(model.parameters()).device)
+        if serves_apart(config, device):
+            return cls(serving_copy(model, serving_dtype(config, device)), tokenizer, config, training_base=model)
         return cls(model, tokenizer, config)
 
     def base_weights(self) -> Any:
-        """The base weights for the trainer to share: none when this engine samples in a precision of its own."""
-        return None if serves_apart(self.config, str(self.device)) else self.model
+        return self.model if self._training_base is None else self._training_base
 
     def load_adapter(self, path: str | Path) -> None:
         """Serve a checkpoint's adapter weights (opening, rollback, publishing a step)."""

@@ -10,7 +10,6 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from art_agents.server.models.serving_precision import serving_dtype, training_dtype
 from art_agents.train_config import ModelConfig
 
 
@@ -59,16 +58,21 @@ def load_base_model(base_model: str, config: ModelConfig, dtype: Any) -> Any:
     return AutoModelForCausalLM.from_pretrained(base_model, dtype=dtype, **_source(config))
 
 
-def load_peft_model(base_model: str, config: ModelConfig, *, serving: bool = False) -> tuple[Any, Any]:
-    """The base model with a fresh LoRA adapter "default" (seeded), and its tokenizer: in the trainer's precision,
-    or with `serving` in the engine's (`serving_dtype`; int8 quantized once the fp32 LoRA is in place)."""
+def training_dtype(config: ModelConfig, device: str) -> str:
+    """The trainer's precision: `dtype`, auto being bf16 on CUDA and fp32 elsewhere."""
+    if config.dtype != "auto":
+        return config.dtype
+    return "bfloat16" if device.startswith("cuda") else "float32"
+
+
+def load_peft_model(base_model: str, config: ModelConfig) -> tuple[Any, Any]:
+    """The base model with a fresh LoRA adapter "default" (seeded), in the trainer's precision, and its tokenizer."""
     import torch
     from peft import LoraConfig, get_peft_model
 
     device = device_of(config)
     tokenizer = load_tokenizer(base_model, config)
-    precision = serving_dtype(config, device) if serving else training_dtype(config, device)
-    model = load_base_model(base_model, config, getattr(torch, "float32" if precision == "int8" else precision))
+    model = load_base_model(base_model, config, getattr(torch, training_dtype(config, device)))
     lora = LoraConfig(
         r=config.lora_rank,
         lora_alpha=config.lora_alpha,
@@ -79,10 +83,6 @@ def load_peft_model(base_model: str, config: ModelConfig, *, serving: bool = Fal
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         peft_model = get_peft_model(model.to(device), lora)
-    if precision == "int8":
-        from art_agents.server.models.int8_linear import quantize_linear_layers
-
-        quantize_linear_layers(peft_model)
     peft_model.eval()
     return peft_model, tokenizer
 

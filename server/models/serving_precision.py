@@ -3,8 +3,8 @@
 Decoding on a CPU is bound by the bytes of weights read per token, so an engine serving from bf16 or int8
 weights samples faster than one reading fp32. The trainer keeps its own copy of the base in `dtype`: the
 policy it trains is exact, and each step corrects for the sampler's different numbers (`mismatch_corrected`).
-The LoRA stays fp32 on top of either: PEFT upcasts an adapter over bf16 layers, and an `Int8Linear` returns
-fp32, so a step's small update is not rounded away.
+The LoRA stays fp32 on top of either (PEFT computes an fp32 adapter in fp32 over bf16 layers, and an `Int8Linear`
+returns fp32), so a step's small update is not rounded away.
 """
 
 from __future__ import annotations
@@ -12,19 +12,13 @@ from __future__ import annotations
 from typing import Any
 
 from art_agents.server.errors import ServiceError
+from art_agents.server.models.lora_model import training_dtype, with_base_of
 from art_agents.train_config import ModelConfig, TrainConfig
 
 # What a step uses for a field left None when the engine samples at another precision than the trainer trains:
 # the cap of TRL's and ART's truncated importance sampling, and IcePop's band.
 MISMATCH_TIS_CAP = 2.0
 MISMATCH_ICEPOP = (0.5, 5.0)
-
-
-def training_dtype(config: ModelConfig, device: str) -> str:
-    """The trainer's precision: `dtype`, auto being bf16 on CUDA and fp32 elsewhere."""
-    if config.dtype != "auto":
-        return config.dtype
-    return "bfloat16" if device.startswith("cuda") else "float32"
 
 
 def serving_dtype(config: ModelConfig, device: str) -> str:
@@ -35,6 +29,29 @@ def serving_dtype(config: ModelConfig, device: str) -> str:
 def serves_apart(config: ModelConfig, device: str) -> bool:
     """Whether the engine samples at another precision than the trainer trains (then it holds its own base)."""
     return serving_dtype(config, device) != training_dtype(config, device)
+
+
+def serving_copy(peft_model: Any, precision: str) -> Any:
+    """The engine's model: a second LoRA model over `peft_model`'s base (`with_base_of`) whose base weights are
+    converted to `precision` as new tensors (the trainer's stay as they are; tied weights stay tied) while its LoRA
+    stays fp32. Converting in memory saves loading the base twice."""
+    import torch
+
+    copy = with_base_of(peft_model)
+    if precision == "int8":
+        from art_agents.server.models.int8_linear import quantize_linear_layers
+
+        quantize_linear_layers(copy)
+        return copy
+    converted: dict[int, torch.nn.Parameter] = {}
+    for name, module in copy.named_modules():
+        if "lora_" in name:
+            continue
+        for key, param in list(module.named_parameters(recurse=False)):
+            if id(param) not in converted:
+                converted[id(param)] = torch.nn.Parameter(param.detach().to(getattr(torch, precision)), False)
+            setattr(module, key, converted[id(param)])
+    return copy
 
 
 def check_serving_dtype(config: ModelConfig, engine: str, device: str) -> None:
