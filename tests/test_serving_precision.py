@@ -201,6 +201,8 @@ async def test_served_in_lower_precision_it_trains_and_serves_on(
     assert older.model == f"{model.name}@0"  # an older step's adapter loads beside the one served
     answer = await client.responses.create(model=model.name, input="hi", max_output_tokens=4)
     assert answer.model == f"{model.name}@1" and answer.usage is not None and answer.usage.output_tokens > 0
+    legacy = await client.completions.create(model=model.name, prompt="hi", max_tokens=4, logprobs=1)
+    assert legacy.model == f"{model.name}@1" and legacy.choices[0].logprobs is not None
     await client.close()
     messages = anthropic.AsyncAnthropic(base_url=server, api_key="unused", max_retries=0)
     message = await messages.messages.create(
