@@ -76,7 +76,7 @@ def eval_job(
     options: dict[str, Any] = {"name": name, "rollouts_per_scenario": rollouts_per_scenario}
     wanted = [m.strip() for m in models.split(",") if m.strip()]
     if source.is_dir():
-        kind = run_kind(source)
+        kind = _run_kind(source)
         if kind is None:
             typer.echo(
                 f"error: {source} is neither a job file nor a run folder: pass the TOML job file of `art-agents "
@@ -141,7 +141,7 @@ def _stopping(job: Callable[[], Awaitable[Evaluation]]) -> Evaluation:
         raise typer.Exit(1) from exc
 
 
-def run_kind(folder: Path) -> str | None:
+def _run_kind(folder: Path) -> str | None:
     """The kind of run `folder` holds (autorl, mcp-rl, quickstart: its task.json says which), if `eval` knows it."""
     try:
         kind = json.loads((folder / "task.json").read_text(encoding="utf-8")).get("kind")
