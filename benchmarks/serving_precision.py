@@ -15,12 +15,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script or loaded by path: finds timing.py
-from bench_setup import add_model_arguments, endless_model, in_process_server, register_model
+from bench_setup import measure_served, register_model, serving_parser
 from timing import Summary, interleaved, ratio
 
 PRECISIONS = ("float32", "bfloat16", "int8")
@@ -80,20 +79,9 @@ def report(results: dict[int, dict[str, Summary]]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_model_arguments(parser)
-    parser.add_argument("--max-tokens", type=int, default=32, help="tokens every call decodes")
-    parser.add_argument("--rounds", type=int, default=7, help="measured rounds, after one warm-up round")
+    parser = serving_parser(__doc__)
     parser.add_argument("--concurrent", type=int, nargs="+", default=[1, 4, 8], help="calls at once, per scenario")
-    args = parser.parse_args()
-    import art_agents.server  # noqa: F401  (the OpenMP setting a served model runs with, before torch loads)
-
-    with tempfile.TemporaryDirectory(prefix="art-precision-") as tmp:
-        model_path, label = endless_model(args, Path(tmp))
-        print(f"model {label}; {args.max_tokens} tokens a call, temperature 1; {args.rounds} rounds")
-        with in_process_server(Path(tmp) / "art") as url:
-            results = measure(url, model_path, args)
-    report(results)
+    report(measure_served(parser.parse_args(), measure))
 
 
 if __name__ == "__main__":

@@ -86,6 +86,16 @@ def test_protocols_benchmark_times_every_protocol_against_chat() -> None:
 
 
 @pytest.mark.slow
+def test_serving_precision_benchmark_times_bf16_and_int8_against_fp32() -> None:
+    out = run_script("serving_precision.py", "--rounds", "1", "--max-tokens", "4", "--concurrent", "1", "8")
+    for scenario in ("1 at once", "8 at once"):
+        block = out.split(scenario, 1)[1]
+        for precision in ("bfloat16", "int8"):
+            assert re.search(rf"{precision} .* ms .* {RATIO}", block), block
+    assert re.search(rf"int8 .* {RATIO}  (meets|misses) <= 0\.5x", out.split("8 at once", 1)[1])
+
+
+@pytest.mark.slow
 def test_loop_overhead_runs_on_the_tiny_model() -> None:
     out = run_script("loop_overhead.py", "--tiny", "--steps", "1", "--prompts", "2", "--group-size", "2")
     assert re.search(r"^art .*rollout \d+\.\d+, scoring \d+\.\d+, train \d+\.\d+, checkpoint", out, re.M), out
