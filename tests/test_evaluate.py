@@ -158,8 +158,9 @@ async def test_retries_and_timeouts_bound_each_rollout(frontier: Any) -> None:
         return await rollout(model, scenario)
 
     model = art.Model(name="good", inference_base_url=good.base_url)
+    # the timeout bounds the retry too: 3 s leaves a loopback call room on a loaded machine (0.2 s did not)
     result = await art.evaluate(
-        slow_then_fine, SCENARIOS[:2], [model], retries=1, retry_delay_s=0, timeout_s=0.2, pbar_desc=None
+        slow_then_fine, SCENARIOS[:2], [model], retries=1, retry_delay_s=0, timeout_s=3, pbar_desc=None
     )
     assert tries == {"q0": 2, "q1": 2} and result.folder is None  # no run folder and no out: nothing saved
     assert result.model("good").failed_rollouts == 0 and result.model("good").mean_reward == 1.0
