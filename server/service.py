@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -240,11 +240,11 @@ class ArtService:
         async for item in self.run_stream(plan):
             yield item
 
-    def train(self, name: str, request: TrainRequest) -> AsyncIterator[TrainEvent]:
+    def train(self, name: str, request: TrainRequest) -> AsyncGenerator[TrainEvent, None]:
         """Progress events, then a result or error event; input errors raise `ServiceError(400)` first."""
         return train_events(self.get(name), request, self._spawn)
 
-    def train_sft(self, name: str, request: TrainSFTRequest) -> AsyncIterator[TrainEvent]:
+    def train_sft(self, name: str, request: TrainSFTRequest) -> AsyncGenerator[TrainEvent, None]:
         """As `train`, for one supervised fine-tuning call on demonstrations."""
         return sft_events(self.get(name), request, self._spawn)
 

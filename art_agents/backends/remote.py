@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from art_agents.art.arguments import art_train_config
@@ -84,18 +85,19 @@ class RemoteBackend:
     async def get_step(self, model: RegisteredModel) -> int:
         return StepInfo.model_validate(await self._request("GET", f"/models/{model.name}/step")).step
 
-    async def train_events(
+    def train_events(
         self,
         model: RegisteredModel,
         groups: list[TrajectoryGroup],
         config: TrainConfig,
         metrics: Mapping[str, float] | None = None,
-    ) -> AsyncIterator[TrainEvent]:
+    ) -> AsyncGenerator[TrainEvent, None]:
+        """The step's events as the server sends them; `aclose()` (or `contextlib.aclosing`) ends the response
+        where a caller stops reading early."""
         body = TrainRequest(groups=groups, config=config, metrics=dict(metrics or {})).model_dump_json()
-        async for event in self._stream(f"/models/{model.name}/train", body, TrainEvent):
-            yield event
+        return self._stream(f"/models/{model.name}/train", body, TrainEvent)
 
-    async def _stream(self, path: str, body: str, event: type[TrainEvent]) -> AsyncIterator[Any]:
+    async def _stream(self, path: str, body: str, event: type[TrainEvent]) -> AsyncGenerator[Any, None]:
         """The NDJSON events of a train route; a 4xx/5xx before the stream raises ServerError."""
         import httpx
 
@@ -247,19 +249,24 @@ class RemoteBackend:
         await self._http.aclose()
 
 
-async def _result_of(events: AsyncIterator[Any], label: str, progress: bool) -> Any:
-    """The result of a train route's event stream, with a progress bar; an error event raises ArtError."""
+async def _result_of(events: AsyncGenerator[Any, None], label: str, progress: bool) -> Any:
+    """The result of a train route's event stream, with a progress bar; an error event raises ArtError.
+
+    The stream is closed here, in the caller's task, however this ends (an error event, or the caller cancelling
+    as `asyncio.wait_for` does), never left to the garbage collector's finalizer, which closes the response in a
+    task of its own that nobody awaits."""
     result = None
     with progress_bar(label, unit="seq", show=progress) as bar:
-        async for event in events:
-            if event.type == "error":
-                raise ArtError(f"training failed on the server: {event.error}")
-            if event.type == "progress":
-                bar.total = event.total
-                bar.n = event.done
-                bar.set_postfix({k: f"{v:.3g}" for k, v in event.metrics.items()}, refresh=True)
-            if event.type == "result":
-                result = event.result
+        async with contextlib.aclosing(events):
+            async for event in events:
+                if event.type == "error":
+                    raise ArtError(f"training failed on the server: {event.error}")
+                if event.type == "progress":
+                    bar.total = event.total
+                    bar.n = event.done
+                    bar.set_postfix({k: f"{v:.3g}" for k, v in event.metrics.items()}, refresh=True)
+                if event.type == "result":
+                    result = event.result
     if result is None:
         raise ArtError("the server closed the train stream without a result; retry the same call")
     return result

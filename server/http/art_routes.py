@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncGenerator
 
 from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
+from starlette.types import Send
 
 from art_agents import wire
 from art_agents.server.service import ArtService
@@ -70,13 +72,29 @@ def art_routes(service: ArtService) -> APIRouter:
     return router
 
 
-async def _ndjson(events: AsyncIterator[wire.TrainEvent]) -> StreamingResponse:
+async def _ndjson(events: AsyncGenerator[wire.TrainEvent, None]) -> StreamingResponse:
     """Stream train events as NDJSON; input errors raise from the first event, before any 200 is sent."""
     first = await anext(events)
 
-    async def lines() -> AsyncIterator[str]:
-        yield first.model_dump_json() + "\n"
-        async for event in events:
-            yield event.model_dump_json() + "\n"
+    async def lines() -> AsyncGenerator[str, None]:
+        async with contextlib.aclosing(events):
+            yield first.model_dump_json() + "\n"
+            async for event in events:
+                yield event.model_dump_json() + "\n"
 
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
+    return _ClosingStream(lines())
+
+
+class _ClosingStream(StreamingResponse):
+    """NDJSON lines that are closed when the client hangs up mid-stream (starlette stops reading them on a failed
+    send but leaves them to the garbage collector): the step goes on in its own task and the log says so at once."""
+
+    def __init__(self, lines: AsyncGenerator[str, None]) -> None:
+        super().__init__(lines, media_type="application/x-ndjson")
+        self._lines = lines
+
+    async def stream_response(self, send: Send) -> None:
+        try:
+            await super().stream_response(send)
+        finally:
+            await self._lines.aclose()

@@ -16,7 +16,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -91,8 +91,9 @@ class _Step:
     caller_metrics: dict[str, float]  # the client's figures for the history row
 
 
-async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn) -> AsyncIterator[TrainEvent]:
-    """Run one GRPO step; yields progress events and then a result (or error) event (see `_step_events`)."""
+def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn) -> AsyncGenerator[TrainEvent, None]:
+    """One GRPO step's progress events and then its result (or error) event (see `_step_events`); a refused request
+    raises ServiceError(400) here."""
     check_train_request(request)
     config = mismatch_corrected(request.config, served.info.config, device_of(served.info.config))
     step = _Step(
@@ -105,12 +106,11 @@ async def train_events(served: ServedModel, request: TrainRequest, spawn: Spawn)
         lambda n, metrics: TrainResult(step=n, skipped=bool(metrics.get("skipped")), metrics=metrics, config=config),
         request.metrics,
     )
-    async for event in _step_events(served, step, spawn):
-        yield event
+    return _step_events(served, step, spawn)
 
 
-async def sft_events(served: ServedModel, request: TrainSFTRequest, spawn: Spawn) -> AsyncIterator[TrainEvent]:
-    """Run one SFT call on the request's demonstrations; the same events as `train_events`."""
+def sft_events(served: ServedModel, request: TrainSFTRequest, spawn: Spawn) -> AsyncGenerator[TrainEvent, None]:
+    """One SFT call on the request's demonstrations: the same events as `train_events`."""
     check_sft_request(request)
     config = request.config
     step = _Step(
@@ -123,11 +123,10 @@ async def sft_events(served: ServedModel, request: TrainSFTRequest, spawn: Spawn
         lambda n, metrics: TrainSFTResult(step=n, metrics=metrics, config=config),
         {},
     )
-    async for event in _step_events(served, step, spawn):
-        yield event
+    return _step_events(served, step, spawn)
 
 
-async def _step_events(served: ServedModel, step: _Step, spawn: Spawn) -> AsyncIterator[TrainEvent]:
+async def _step_events(served: ServedModel, step: _Step, spawn: Spawn) -> AsyncGenerator[TrainEvent, None]:
     """Progress events and then a result (or error) event of one step.
 
     Input errors raised before training starts surface as `ServiceError(400)` from the first
