@@ -202,8 +202,8 @@ class ModelConfig(Schema):
         description=(
             "transformers engine: the precision of the base weights it samples from. auto: `dtype` (the engine and "
             "the trainer share one copy of the base). Another value keeps a second copy for the engine, converted "
-            "once at register: `bfloat16` halves the bytes read per token, `int8` (CPU only: int8 linear layers, "
-            "per output channel, with int8 activations quantized on the fly) quarters them; the LoRA stays fp32 "
+            "once at register: `bfloat16` halves the bytes read per token, `int8` (CPU only: int8 weights of the "
+            "linear layers, one scale per output channel, the rest bf16) nearly quarters them; the LoRA stays fp32 "
             "on top and the trainer keeps `dtype`. Steps then correct for the difference (see TrainConfig's "
             "`correct_serving_mismatch`). A precision this machine cannot run is refused at register."
         ),

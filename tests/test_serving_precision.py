@@ -114,12 +114,8 @@ def test_the_engines_copy_converts_the_base_and_leaves_the_trainers_alone(
     lora = {name: param for name, param in engine.named_parameters() if "lora_" in name}
     assert lora and all(param.dtype == torch.float32 for param in lora.values())
     q_proj = engine.get_submodule("base_model.model.model.layers.0.self_attn.q_proj.base_layer")
-    if precision == "int8":
-        assert isinstance(q_proj, Int8Linear) and isinstance(
-            engine.get_submodule("base_model.model.lm_head"), Int8Linear
-        )
-    else:
-        assert q_proj.weight.dtype == torch.bfloat16
+    assert isinstance(q_proj, Int8Linear) if precision == "int8" else q_proj.weight.dtype == torch.bfloat16
+    assert engine.get_submodule("base_model.model.lm_head").weight.dtype == torch.bfloat16  # bf16 in both
     ids = torch.tensor([[1, 2, 3, 4, 5]])
     with torch.no_grad():
         gap = (torch.log_softmax(engine(ids).logits.float(), -1) - torch.log_softmax(trainer(ids).logits, -1)).abs()

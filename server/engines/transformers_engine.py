@@ -309,8 +309,11 @@ class TransformersEngine:
     def _advance(self, rows: list[Row], logits: Any, step: int) -> None:
         """Sample each row's next token from its logits; finish rows that stopped, were cancelled or ran out."""
         params = [row.request.params for row in rows]
-        tokens, logprobs = sample(
-            logits, [p.temperature for p in params], [p.top_p for p in params], [row.random.random() for row in rows]
+        tokens, logprobs = sample(  # in fp32 whatever the engine's precision: bf16 logprobs would add their own gap
+            logits.float(),
+            [p.temperature for p in params],
+            [p.top_p for p in params],
+            [row.random.random() for row in rows],
         )
         for row, token, logprob in zip(rows, tokens, logprobs, strict=True):
             request = row.request

@@ -34,22 +34,23 @@ def serves_apart(config: ModelConfig, device: str) -> bool:
 def serving_copy(peft_model: Any, precision: str) -> Any:
     """The engine's model: a second LoRA model over `peft_model`'s base (`with_base_of`) whose base weights are
     converted to `precision` as new tensors (the trainer's stay as they are; tied weights stay tied) while its LoRA
-    stays fp32. Converting in memory saves loading the base twice."""
+    stays fp32. Converting in memory saves loading the base twice. int8 is int8 linear weights with the rest bf16.
+    """
     import torch
 
     copy = with_base_of(peft_model)
     if precision == "int8":
         from art_agents.server.models.int8_linear import quantize_linear_layers
 
-        quantize_linear_layers(copy)
-        return copy
+        quantize_linear_layers(copy)  # from the fp32 weights, before the rest is converted
+    dtype = getattr(torch, "bfloat16" if precision == "int8" else precision)
     converted: dict[int, torch.nn.Parameter] = {}
     for name, module in copy.named_modules():
         if "lora_" in name:
             continue
         for key, param in list(module.named_parameters(recurse=False)):
             if id(param) not in converted:
-                converted[id(param)] = torch.nn.Parameter(param.detach().to(getattr(torch, precision)), False)
+                converted[id(param)] = torch.nn.Parameter(param.detach().to(dtype), requires_grad=False)
             setattr(module, key, converted[id(param)])
     return copy
 
@@ -70,17 +71,17 @@ def check_serving_dtype(config: ModelConfig, engine: str, device: str) -> None:
 
 
 def _check_int8(device: str) -> None:
-    import torch
-
     if not device.startswith("cpu"):
         raise ServiceError(400, f"serving_dtype='int8' runs on the CPU only (this model is on {device}); use bfloat16")
-    engines = set(torch.backends.quantized.supported_engines) - {"none"}
-    if not engines:
+    from art_agents.server.models.int8_linear import int8_kernel_runs
+
+    if not int8_kernel_runs():
         raise ServiceError(
             400,
-            "serving_dtype='int8' needs a torch built with quantized kernels (fbgemm, onednn or "
-            "qnnpack) and this one has none; use bfloat16 or float32",
+            "serving_dtype='int8' needs torch's int8 weight kernel (_weight_int8pack_mm), which this torch lacks; "
+            "use bfloat16 or float32",
         )
+    _check_float("bfloat16", device)  # the rest of the model is bf16
 
 
 def _check_float(precision: str, device: str) -> None:
