@@ -122,6 +122,18 @@ def test_the_engines_copy_converts_the_base_and_leaves_the_trainers_alone(
     assert 0 < float(gap.max()) < 0.5  # the same model, read at another precision
 
 
+def test_int8_layers_compute_the_linear_map_and_odd_widths_stay_bf16() -> None:
+    from art_agents.server.models.int8_linear import Int8Linear, int8_kernel_runs, quantize_linear_layers
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 8), torch.nn.Linear(8, 24), torch.nn.Linear(24, 16))
+    x = torch.randn(3, 32)
+    expected = model[0](x).detach()
+    assert int8_kernel_runs() and quantize_linear_layers(model) == 1  # the kernel reads inputs in blocks of 16
+    assert isinstance(model[0], Int8Linear) and type(model[1]) is type(model[2]) is torch.nn.Linear
+    assert torch.allclose(model[0](x).float(), expected, atol=0.03 * float(expected.abs().max()))
+
+
 def test_an_icepop_band_must_hold_one() -> None:
     with pytest.raises(ValueError, match=r"icepop=\(2.0, 3.0\) must be a band .* 0 < low <= 1 <= high"):
         TrainConfig(icepop=(2.0, 3.0))
