@@ -3,8 +3,8 @@
 Decoding on a CPU is bound by the bytes of weights read per token, so an engine serving from bf16 or int8
 weights samples faster than one reading fp32. The trainer keeps its own copy of the base in `dtype`: the
 policy it trains is exact, and each step corrects for the sampler's different numbers (`mismatch_corrected`).
-The LoRA stays fp32 on top of either (PEFT computes an fp32 adapter in fp32 over bf16 layers, and an `Int8Linear`
-returns fp32), so a step's small update is not rounded away.
+The LoRA stays fp32 on top of either (PEFT computes an fp32 adapter in fp32 over bf16 and `Int8Linear` layers,
+whose outputs are bf16), so a step's small update is not rounded away.
 """
 
 from __future__ import annotations
