@@ -18,8 +18,9 @@ from art_agents.jsonl import read_groups, write_groups
 from art_agents.loop import StepRecord, train_loop
 from art_agents.messages import ChatMessage
 from art_agents.model import Model, TrainableModel
+from art_agents.sft_config import TrainSFTConfig
 from art_agents.tasks import retry
-from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
+from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.trajectory import (
     History,
     RolloutException,

@@ -25,7 +25,8 @@ from art_agents.errors import ArtError, SetupError
 from art_agents.names import check_safe_name
 from art_agents.report.reporters import create_reporters, reporter_names
 from art_agents.schema import Schema
-from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
+from art_agents.sft_config import TrainSFTConfig
+from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.trajectory import RolloutException, Trajectory, TrajectoryGroup
 from art_agents.wire import LogResult, TrainResult, TrainSFTResult
 

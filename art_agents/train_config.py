@@ -1,4 +1,4 @@
-"""Every training and model knob in one place, with its default and why.
+"""Every RL training and model knob in one place, with its default and why (SFT's: sft_config.py).
 
 The server logs the full `TrainConfig` with every step (`history.jsonl`), so a result can always be
 traced to the settings that produced it.
@@ -6,9 +6,9 @@ traced to the settings that produced it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from art_agents.schema import Schema
 
@@ -16,11 +16,6 @@ LossType = Literal["grpo", "dr_grpo", "dapo", "cispo"]
 # A learning rate as a pydantic constraint, refused in its standard words like every bound in this file. A rate may be
 # 0 (where a decayed schedule ends); NaN and inf pass a `ge` bound, so they are refused by name.
 Rate = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-
-
-def _rate_or_schedule(value: Any) -> str:
-    """Which form a learning rate takes, so that a bad one gets that form's error only, not one per form."""
-    return "schedule" if isinstance(value, list) else "rate"
 
 
 class TrainConfig(Schema):
@@ -71,7 +66,39 @@ class TrainConfig(Schema):
     beta: float = Field(
         0.0,
         ge=0,
-        description="Per-token KL penalty vs the base model (adapter off; k3, weighted by the ratio as TRL); 0 skips it.",
+        description=(
+            "Per-token KL penalty (k3, weighted by the ratio as TRL) to the base model (adapter off), or to "
+            "`reference_step`; 0 skips it."
+        ),
+    )
+    reference_step: int | None = Field(
+        None,
+        ge=0,
+        description=(
+            "The checkpoint `beta`'s KL is taken to instead of the base model: the SFT warmup's step, say, so RL "
+            "cannot drift from what the warmup taught. The trainer keeps its adapter in memory. None: the base."
+        ),
+    )
+    self_distill: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "Weight of the per-token reverse KL from the policy to a teacher that also sees the trajectory's `hint` "
+            "(a reference answer, a judge's feedback) and scores the policy's own sampled tokens: a signal for every "
+            "token, not one number per rollout. Hinted trajectories of groups with equal rewards train on it too. "
+            "Trajectories without a hint train as without it. 0: off."
+        ),
+    )
+    self_distill_only: bool = Field(
+        False,
+        description="Train on the self-distillation term alone: advantages are 0, only hinted trajectories train.",
+    )
+    teacher: Literal["self", "base"] | int = Field(
+        "self",
+        description=(
+            "Who scores with the hint: `self`, the policy at the start of the step; `base`, the base model "
+            "(adapter off); or a step number, that checkpoint of this model (kept in memory as `reference_step`)."
+        ),
     )
     scale_rewards: bool = Field(
         True,
@@ -162,6 +189,21 @@ class TrainConfig(Schema):
                 "loss='cispo' caps the importance ratio at epsilon_high; give it, e.g. epsilon_high=4.0 (ART) or 5.0"
             )
         return self
+
+    @model_validator(mode="after")
+    def _distilling(self) -> TrainConfig:
+        if self.self_distill_only and not self.self_distill:
+            raise ValueError("self_distill_only trains on the self-distillation term; give it a weight, self_distill=1.0")
+        if isinstance(self.teacher, int) and self.teacher < 0:
+            raise ValueError(f"teacher={self.teacher} is not a step; give a checkpoint number >= 0, 'self' or 'base'")
+        return self
+
+    def named_steps(self) -> set[int]:
+        """The checkpoints this step reads besides the policy: the KL's reference and the teacher."""
+        steps = {self.reference_step} if self.beta > 0 and self.reference_step is not None else set()
+        if self.self_distill and isinstance(self.teacher, int):
+            steps.add(self.teacher)
+        return steps
 
     @model_validator(mode="after")
     def _icepop_band(self) -> TrainConfig:
@@ -375,68 +417,3 @@ class ModelConfig(Schema):
                 f"trainer_nodes={self.trainer_nodes} needs trainer_processes >= 1: the processes on every node"
             )
         return self
-
-
-class TrainSFTConfig(Schema):
-    """Supervised fine-tuning settings for one `train_sft` call (ART's `art.TrainSFTConfig`, and more)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    learning_rate: Annotated[
-        Annotated[Rate, Tag("rate")] | Annotated[list[Rate], Tag("schedule"), Field(min_length=1)],
-        Discriminator(_rate_or_schedule),
-    ] = Field(
-        5e-5,
-        description=(
-            "AdamW learning rate: one number for every batch, or one per batch in order (a schedule such as "
-            "`art_agents.utils.sft.create_lr_schedule` builds), as many as the call has batches. A LoRA "
-            "usually wants more than this full fine-tuning default: 1e-4, or 1e-3 for a small model learning a format "
-            "(docs/sft.md)."
-        ),
-    )
-    batch_size: int | Literal["auto"] = Field(
-        "auto", description="Trajectories per optimizer step; 'auto' (ART's default) is all of them in one step."
-    )
-    epochs: int = Field(1, ge=1, le=10000, description="Passes over the trajectories in this call.")
-    shuffle: bool = Field(False, description="Shuffle the trajectories before each epoch (seeded by `seed + epoch`).")
-    seed: int = 0
-    train_on: Literal["all_assistant", "last_assistant"] = Field(
-        "all_assistant",
-        description="Which assistant turns carry the loss: every one of each trajectory, or only its last.",
-    )
-    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward pass; gradients accumulate.")
-    truncate_to_context: bool = Field(
-        False, description="A conversation longer than the context is refused by name (a 400); True cuts it instead."
-    )
-    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
-    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-
-    @model_validator(mode="after")
-    def _batch_size(self) -> TrainSFTConfig:
-        if self.batch_size != "auto" and self.batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1 or 'auto', got {self.batch_size}")
-        return self
-
-    def batches(self, count: int) -> list[list[int]]:
-        """Trajectory indices of each optimizer step, epoch after epoch (shuffled per epoch when asked)."""
-        import random
-
-        size = count if self.batch_size == "auto" else self.batch_size
-        batches = []
-        for epoch in range(self.epochs):
-            order = list(range(count))
-            if self.shuffle:
-                random.Random(self.seed + epoch).shuffle(order)
-            batches += [order[start : start + size] for start in range(0, count, size)]
-        return batches
-
-    def learning_rates(self, steps: int) -> list[float]:
-        """The learning rate of each of `steps` optimizer steps; a schedule of another length is refused."""
-        if not isinstance(self.learning_rate, list):
-            return [self.learning_rate] * steps
-        if len(self.learning_rate) != steps:
-            raise ValueError(
-                f"learning_rate lists {len(self.learning_rate)} rates but this call has {steps} batches "
-                "(trajectories / batch_size x epochs); give one rate per batch or a single number"
-            )
-        return list(self.learning_rate)

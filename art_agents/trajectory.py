@@ -122,6 +122,13 @@ class Trajectory(History):
     metadata: dict[str, Any] = Field(default_factory=dict)
     logs: list[str] = Field(default_factory=list)
     failed: bool = False
+    hint: str | None = Field(
+        None,
+        description=(
+            "Privileged context for self-distillation (TrainConfig.self_distill): a reference answer, the tool "
+            "result the answer should use, a judge's feedback. The rollout never saw it; the teacher does."
+        ),
+    )
     started_at: float = Field(default_factory=time.time)
     finished_at: float | None = None
     _servers: set[str] = PrivateAttr(default_factory=set)  # servers holding calls to assemble (server_capture)

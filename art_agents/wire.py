@@ -9,7 +9,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field
 
 from art_agents.schema import Schema
-from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
+from art_agents.sft_config import TrainSFTConfig
+from art_agents.train_config import ModelConfig, TrainConfig
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 API_PREFIX = "/v1/art"

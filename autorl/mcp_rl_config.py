@@ -13,7 +13,7 @@ from art_agents.autorl.scoring import TOOL_USE_RUBRIC
 from art_agents.autorl.temperature import TemperatureSchedule
 from art_agents.autorl.tool_rollout import ToolRolloutConfig
 from art_agents.integrations.mcp import MCPServer
-from art_agents.train_config import TrainSFTConfig
+from art_agents.sft_config import TrainSFTConfig
 
 # The flat keys of `art-agents mcp-rl` and its TOML form that fill `MCPRLConfig.mcp_server`: their MCPServer.parse keyword.
 FLAT_SERVER_KEYS = {

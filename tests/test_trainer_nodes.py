@@ -33,7 +33,8 @@ from art_agents.server.training.sequences import Policy, TrainingInputError
 from art_agents.server.training.step_work import Progress, StepWork
 from art_agents.server.training.trainer import PolicyTrainer
 from art_agents.server.training.trainer_processes import ProcessTrainer, TrainerProcesses, TrainerProcessFailed
-from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
+from art_agents.sft_config import TrainSFTConfig
+from art_agents.train_config import ModelConfig, TrainConfig
 
 NODE_SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "multi-node" / "node.sh"
 

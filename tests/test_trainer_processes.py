@@ -32,7 +32,8 @@ from art_agents.server.training.sequences import Policy
 from art_agents.server.training.step_work import StepWork
 from art_agents.server.training.trainer import PolicyTrainer
 from art_agents.server.training.trainer_processes import ProcessTrainer, TrainerProcesses, TrainerProcessFailed
-from art_agents.train_config import ModelConfig, TrainConfig, TrainSFTConfig
+from art_agents.sft_config import TrainSFTConfig
+from art_agents.train_config import ModelConfig, TrainConfig
 
 BETA1 = 0.9  # torch AdamW's default
 

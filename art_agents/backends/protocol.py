@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from art_agents.backends.remote import RegisteredModel
-    from art_agents.train_config import TrainConfig, TrainSFTConfig
+    from art_agents.sft_config import TrainSFTConfig
+    from art_agents.train_config import TrainConfig
     from art_agents.trajectory import Trajectory, TrajectoryGroup
     from art_agents.wire import CheckpointInfo, LogResult, ModelInfo, TrainResult, TrainSFTResult
 

@@ -14,7 +14,8 @@ from art_agents.errors import ArtError, ServerError
 from art_agents.progress import progress_bar
 from art_agents.report import reporters
 from art_agents.report.reporters import ReportedModel, Reporter, StepRecord
-from art_agents.train_config import TrainConfig, TrainSFTConfig
+from art_agents.sft_config import TrainSFTConfig
+from art_agents.train_config import TrainConfig
 from art_agents.trajectory import Trajectory, TrajectoryGroup, validate_groups
 from art_agents.wire import (
     API_PREFIX,

@@ -55,7 +55,9 @@ class ServedModel:
             return ProcessTrainer(self.trainer_processes, self.policy, optimizer_state)
         from art_agents.server.training.trainer import PolicyTrainer
 
-        return PolicyTrainer(self.policy.model, self.policy.tokenizer, self.store, optimizer_state)
+        return PolicyTrainer(
+            self.policy.model, self.policy.tokenizer, self.store, optimizer_state, kept_adapters=self.policy.kept
+        )
 
     async def close(self) -> None:
         try:

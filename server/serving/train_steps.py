@@ -45,7 +45,8 @@ from art_agents.wire import (
 )
 
 if TYPE_CHECKING:
-    from art_agents.train_config import TrainConfig, TrainSFTConfig
+    from art_agents.sft_config import TrainSFTConfig
+    from art_agents.train_config import TrainConfig
 
 log = logging.getLogger("art_agents.server")
 
@@ -151,6 +152,20 @@ async def _step_events(served: ServedModel, step: _Step, spawn: Spawn) -> AsyncG
             log.info("train stream of %s closed early; the step still completes and is saved", served.info.name)
 
 
+def _named_checkpoints(served: ServedModel, config: TrainConfig, step: int) -> dict[int, str]:
+    """The adapter folders of the steps `config` scores with (a KL reference, a teacher); a step not saved is a 400."""
+    from art_agents.server.training.sequences import TrainingInputError
+
+    found = {n: checkpoints.checkpoint_path(served.model_dir, n) for n in sorted(config.named_steps())}
+    missing = [n for n, path in found.items() if n > step or not path.is_dir()]
+    if missing:
+        raise TrainingInputError(
+            f"step {missing[0]} (reference_step or teacher) has no checkpoint: {served.info.name} is at step {step}; "
+            f"name a saved step (GET /v1/art/models/{served.info.name}/checkpoints lists them)"
+        )
+    return {n: str(path) for n, path in found.items()}
+
+
 async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> None:
     from art_agents.server.training.sequences import Policy, TrainingInputError
 
@@ -175,7 +190,8 @@ async def _train(served: ServedModel, spec: _Step, events: asyncio.Queue) -> Non
                     served.engine.longest_token_bytes,
                     spec.truncate,
                 )
-                work = StepWork(spec.kind, spec.config, policy, spec.groups)  # type: ignore[arg-type]
+                named = _named_checkpoints(served, spec.config, step) if spec.kind == "rl" else {}
+                work = StepWork(spec.kind, spec.config, policy, spec.groups, named)  # type: ignore[arg-type]
                 async with served.engine.beside_training():
                     metrics = await asyncio.to_thread(trainer.run, work, progress)
             finally:

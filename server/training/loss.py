@@ -5,9 +5,13 @@ Per token t of sequence i (mask m, advantage A_i shared by every sequence of its
     r = exp(logp - logp_old)                         importance ratio (`token` level), or for every token of
         s = exp(sum_t m*(logp - logp_old) / sum_t m) sequence i at the `sequence` level (GSPO); (r + s) / 2 at
                                                      `average`, sqrt(r * s) at `geometric_average` (ART's)
-    l = -min(r * A_i, clip(r, 1 - epsilon, 1 + clip_high) * A_i) * w + beta * kl * r
+    l = -min(r * A_i, clip(r, 1 - epsilon, 1 + clip_high) * A_i) * w + beta * kl * r + lambda * sg(logp - logp_T) * r
     cispo: l = -sg(min(r, epsilon_high)) * A_i * logp * w + beta * kl * r    (sg: no gradient through it)
-    kl = exp(logp_ref - logp) - (logp_ref - logp) - 1   (k3 estimator; logp_ref from the base model)
+    kl = exp(logp_ref - logp) - (logp_ref - logp) - 1   (k3 estimator; logp_ref: the base or `reference_step`)
+    logp_T: the teacher's logprob of the token with the trajectory's hint in view (self_distill.py); lambda is
+    `self_distill`, and the term is 0 on tokens without one. On-policy its value is the k1 estimate of the reverse
+    KL(policy || teacher) and its gradient (logp - logp_T) * grad logp, the reverse KL's per token (as on-policy
+    distillation: each token's own gap, no credit to later tokens).
     w = min(exp(logp_old - logp_sampler), tis_cap)  truncated importance sampling (1 without `tis_cap`)
     l = 0 where exp(logp_old - logp_sampler) is outside `icepop`'s [low, high] (IcePop's mask; off without it)
 The KL term is weighted by r as in TRL (`use_bias_correction_kl`, DeepSeek-V3.2): its value is
@@ -51,12 +55,14 @@ def policy_loss(
     *,
     trajectory_tokens: torch.Tensor | None = None,
     sampler_logps: torch.Tensor | None = None,
+    teacher_logps: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """This micro-batch's share of the step loss, and sums for the step's metrics.
 
     Shapes: logps, old_logps, ref_logps, sampler_logps, mask (B, T); advantages and
     trajectory_tokens (B,). `trajectory_tokens` defaults to each sequence's own trained tokens (one
-    sequence per trajectory); `sampler_logps` (NaN where unknown) is only read with `tis_cap` or `icepop`.
+    sequence per trajectory); `sampler_logps` (NaN where unknown) is only read with `tis_cap` or `icepop`,
+    `teacher_logps` (NaN where a row has no hint) only with `self_distill`.
     Summing the returned loss over the micro-batches of a step gives the loss of the whole batch.
     """
     import torch
@@ -85,6 +91,11 @@ def policy_loss(
         delta = ref_logps - logps
         kl = torch.exp(delta) - delta - 1
         per_token = per_token + config.beta * kl * ratio  # ratio-weighted: the unbiased reverse-KL gradient (TRL)
+    gap = None
+    if teacher_logps is not None and config.self_distill:
+        hinted = torch.isfinite(teacher_logps)
+        gap = torch.where(hinted, logps.detach() - torch.nan_to_num(teacher_logps), 0.0)
+        per_token = per_token + config.self_distill * gap * ratio
     if outside is not None:
         per_token = per_token.masked_fill(outside, 0.0)
     masked = per_token * mask
@@ -105,6 +116,9 @@ def policy_loss(
         sums = {"clipped_tokens": float((was_clipped.to(mask.dtype) * mask).sum())}
         if kl is not None:
             sums["kl_sum"] = float((kl * mask).sum())
+        if gap is not None:
+            sums["distill_gap_sum"] = float((gap * mask).sum())
+            sums["hinted_tokens"] = float((hinted.to(mask.dtype) * mask).sum())
         if outside is not None:
             sums["masked_tokens"] = float((outside.to(mask.dtype) * mask).sum())
     return loss, sums

@@ -7,7 +7,7 @@ the base weights are the engine's own tensors (`with_base_of`), so a second copy
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from art_agents.train_config import ModelConfig
 class PolicyModel:
     model: Any  # a peft.PeftModel whose adapter "default" is trained
     tokenizer: Any
+    kept: dict[str, dict[str, Any]] = field(default_factory=dict)  # checkpoints a step scores with, by folder
 
     @classmethod
     def load(cls, base_model: str, config: ModelConfig, tokenizer: Any, shared_base: Any | None) -> PolicyModel:

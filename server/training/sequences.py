@@ -130,7 +130,7 @@ def build_sequences(
     """Sequences for every trajectory of `groups` (or of `only_groups`), each with its advantage.
 
     `advantages` maps (group index, trajectory index) to the trajectory's advantage; every sequence of
-    a trajectory shares it. With a `policy`, other models' turns are left out (counted) and stale
+    a trajectory shares it, and a trajectory without one is left out. With a `policy`, other models' turns are left out (counted) and stale
     stored turns are refused. Every completion id of the trained turns is checked against the store
     first, so a bad id fails the whole call before any training.
     """
@@ -150,6 +150,8 @@ def build_sequences(
     sequences: list[TrainSequence] = []
     for g, group in chosen:
         for t, trajectory in enumerate(group.trajectories):
+            if advantages is not None and (g, t) not in advantages:
+                continue  # in a group kept for another trajectory's hint (self-distillation)
             advantage = 0.0 if advantages is None else advantages[(g, t)]
             turns = [_turn_tokens(trajectory, turn, records, tokenizer, stats, policy) for turn in ours[(g, t)]]
             merged = merge_turns([turn for turn in turns if turn is not None])

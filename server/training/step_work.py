@@ -4,12 +4,13 @@ trainer interface the server drives: the policy trainer in the server's process,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from art_agents.server.training.sequences import Policy
-    from art_agents.train_config import TrainConfig, TrainSFTConfig
+    from art_agents.sft_config import TrainSFTConfig
+    from art_agents.train_config import TrainConfig
     from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 Progress = Callable[[int, int, dict[str, float]], None]
@@ -17,12 +18,14 @@ Progress = Callable[[int, int, dict[str, float]], None]
 
 @dataclass(frozen=True)
 class StepWork:
-    """An RL step on `groups`, or an SFT call on their trajectories, of `policy` at its current step."""
+    """An RL step on `groups`, or an SFT call on their trajectories, of `policy` at its current step; `checkpoints`
+    are the adapter folders of the other steps the config scores with (a KL reference, a teacher)."""
 
     kind: Literal["rl", "sft"]
     config: TrainConfig | TrainSFTConfig
     policy: Policy
     groups: list[TrajectoryGroup]
+    checkpoints: dict[int, str] = field(default_factory=dict)
 
     @property
     def trajectories(self) -> list[Trajectory]:

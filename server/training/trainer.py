@@ -28,7 +28,9 @@ from art_agents.server.training.advantages import group_advantages
 from art_agents.server.training.batches import chunks, collate, empty_sequence
 from art_agents.server.training.logprobs import ScaledLogits, token_logprobs
 from art_agents.server.training.loss import BatchTotals, policy_loss
+from art_agents.server.training.other_policies import OtherPolicies, Which
 from art_agents.server.training.ranks import Ranks
+from art_agents.server.training.self_distill import Hints, teacher_logprobs
 from art_agents.server.training.sequences import (
     Policy,
     TrainingInputError,
@@ -38,15 +40,22 @@ from art_agents.server.training.sequences import (
     sft_sequences,
 )
 from art_agents.server.training.shared_prefix import PrefixSharing, sharing_for
+from art_agents.server.training.step_metrics import first_pass_sums
 from art_agents.server.training.step_work import Progress, StepWork
+from art_agents.server.training.updates import activation_checkpointing, apply, timed
 from art_agents.wire import reward_stats
 
 if TYPE_CHECKING:
     import torch
 
     from art_agents.server.storage.token_store import TokenStore
-    from art_agents.train_config import TrainConfig, TrainSFTConfig
+    from art_agents.sft_config import TrainSFTConfig
+    from art_agents.train_config import TrainConfig
     from art_agents.trajectory import Trajectory, TrajectoryGroup
+
+
+# What a step adds up over its micro-batches (and ranks) for its metrics.
+SUMS = ("loss", "clipped_tokens", "kl_sum", "gap_sum", "gap_kl_sum", "gap_tokens", "entropy_sum", "masked_tokens", "distill_gap_sum", "hinted_tokens")  # fmt: skip
 
 
 class PolicyTrainer:
@@ -63,6 +72,7 @@ class PolicyTrainer:
         store: TokenStore,
         optimizer_state: dict | None = None,
         ranks: Ranks | None = None,
+        kept_adapters: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         from trl.trainer.utils import disable_dropout_in_model
 
@@ -75,11 +85,13 @@ class PolicyTrainer:
         self._sharing: PrefixSharing | None = sharing_for(peft_model, self.ranks.sharding)
         self._optimizer: torch.optim.Optimizer | None = None
         self._initial_state = optimizer_state
+        self._kept = {} if kept_adapters is None else kept_adapters  # checkpoints' weights, kept across calls
+        self._others = OtherPolicies(peft_model, {}, self._kept)
 
     def run(self, work: StepWork, progress: Progress | None) -> dict[str, float]:
         """`train` or `train_sft`, as `work` asks."""
         if work.kind == "rl":
-            return self.train(work.groups, work.config, progress, policy=work.policy)  # type: ignore[arg-type]
+            return self.train(work.groups, work.config, progress, policy=work.policy, checkpoints=work.checkpoints)  # type: ignore[arg-type]
         return self.train_sft(work.trajectories, work.config, progress, policy=work.policy)  # type: ignore[arg-type]
 
     def optimizer_state(self) -> dict:
@@ -95,22 +107,26 @@ class PolicyTrainer:
         progress: Progress | None = None,
         *,
         policy: Policy | None = None,
+        checkpoints: dict[int, str] | None = None,
     ) -> dict[str, float]:
         """One train call: `config.num_iterations` optimizer steps on the groups; returns the step's metrics.
 
         `policy` names the model and its current step: other models' turns are left out and turns
-        sampled more than `config.max_staleness` steps ago are refused.
+        sampled more than `config.max_staleness` steps ago are refused. `checkpoints` are the adapter folders of
+        the steps `config` scores with (`config.named_steps()`).
         """
         started = time.perf_counter()
         check_groups(groups)
+        self._others.checkpoints = checkpoints or {}
         advantages = group_advantages(groups, scale_rewards=config.scale_rewards, min_group_std=config.min_group_std)
-        sequences, stats = build_sequences(
-            groups, self.store, self.tokenizer, advantages.values, advantages.kept, policy
-        )
+        hints = Hints.of(groups, self.tokenizer) if config.self_distill else Hints()
+        values, kept = hints.trained(advantages, config)
+        sequences, stats = build_sequences(groups, self.store, self.tokenizer, values, kept, policy)
         metrics: dict[str, float] = {
             **reward_stats(groups),
             "groups_total": float(len(groups)),
             "groups_skipped_zero_variance": float(len(advantages.skipped)),
+            **({"trajectories_hinted": float(len(hints.ids))} if config.self_distill else {}),
             "sequences": float(len(sequences)),
             "tokens_trained": float(sum(s.trained_tokens for s in sequences)),
             **stats.as_metrics(),
@@ -120,8 +136,8 @@ class PolicyTrainer:
             "grad_norm": 0.0,
         }
         if sequences:
-            metrics.update(self._restoring(lambda: self._optimize(sequences, config, progress)))
-        return _timed(metrics, started)
+            metrics.update(self._restoring(lambda: self._optimize(sequences, config, progress, hints)))
+        return timed(metrics, started)
 
     def train_sft(
         self,
@@ -156,7 +172,7 @@ class PolicyTrainer:
             "learning_rate": sum(rates) / len(rates),
             **self._restoring(lambda: self._imitate(batches, rates, config, progress)),
         }
-        return _timed(metrics, started)
+        return timed(metrics, started)
 
     def _imitate(
         self, batches: list[list[TrainSequence]], rates: list[float], config: TrainSFTConfig, progress: Progress | None
@@ -194,7 +210,7 @@ class PolicyTrainer:
                     if progress is not None:
                         progress(done, total, {"loss": loss_sum})
                 [loss_sum] = self.ranks.summed([loss_sum])
-                grad_norm = _apply(optimizer, params, loss_sum, config.max_grad_norm, "the SFT loss")
+                grad_norm = apply(optimizer, params, loss_sum, config.max_grad_norm, "the SFT loss")
                 losses.append(loss_sum)
         return {
             "loss": sum(losses) / len(losses) if losses else 0.0,
@@ -205,7 +221,7 @@ class PolicyTrainer:
         }
 
     def _optimize(
-        self, sequences: list[TrainSequence], config: TrainConfig, progress: Progress | None
+        self, sequences: list[TrainSequence], config: TrainConfig, progress: Progress | None, hints: Hints
     ) -> dict[str, float]:
         optimizer = self._optimizer_for(config.learning_rate, config.weight_decay)
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -215,8 +231,35 @@ class PolicyTrainer:
 
         share = self._share(chunks(sequences, config.micro_batch_size, config.micro_batch_tokens))
         batches = [collate(chunk, self._pad_id(), device) for chunk in share]
+        teacher = self._teacher_logprobs(share, batches, hints, config) if config.self_distill else None
         with self._updating(optimizer, checkpointing=config.gradient_checkpointing):
-            return self._grpo_iterations(optimizer, params, batches, totals, config, progress)
+            metrics = self._grpo_iterations(optimizer, params, batches, totals, config, progress, teacher)
+        if hints.too_long:
+            metrics["hints_too_long"] = float(hints.too_long)
+        return metrics
+
+    def _teacher_logprobs(
+        self, share: list[list[TrainSequence]], batches: list[dict[str, Any]], hints: Hints, config: TrainConfig
+    ) -> list[torch.Tensor]:
+        """The teacher's logprobs of each micro-batch's tokens with the hints in view (NaN where a row has none)."""
+        import torch
+
+        teacher: Which = "policy" if config.teacher == "self" else config.teacher
+        self.model.eval()
+        with torch.no_grad(), self._others.active(teacher):
+            return [
+                teacher_logprobs(
+                    chunk,
+                    batch["input_ids"].shape[1],
+                    hints,
+                    lambda hinted: self._logprobs(hinted)[0],
+                    pad_id=self._pad_id(),
+                    bos_id=self.tokenizer.bos_token_id,
+                    context=getattr(self.model.config, "max_position_embeddings", None),
+                    device=batch["input_ids"].device,
+                )
+                for chunk, batch in zip(share, batches, strict=True)
+            ]
 
     def _share(self, micro_batches: list[list[TrainSequence]]) -> list[list[TrainSequence]]:
         """This process's micro-batches of a step (all of them when it trains alone)."""
@@ -230,20 +273,13 @@ class PolicyTrainer:
         totals: BatchTotals,
         config: TrainConfig,
         progress: Progress | None,
+        teacher: list[torch.Tensor] | None = None,
     ) -> dict[str, float]:
-        old = self._no_grad_logprobs(batches) if config.num_iterations > 1 else None
-        ref = self._no_grad_logprobs(batches, base=True) if config.beta > 0 else None
+        old = self._no_grad_logprobs(batches, "policy") if config.num_iterations > 1 else None
+        reference: Which = "base" if config.reference_step is None else config.reference_step
+        ref = self._no_grad_logprobs(batches, reference) if config.beta > 0 else None
         total_work, done = sum(b["input_ids"].shape[0] for b in batches) * config.num_iterations, 0
-        sums = {
-            "loss": 0.0,
-            "clipped_tokens": 0.0,
-            "kl_sum": 0.0,
-            "gap_sum": 0.0,
-            "gap_kl_sum": 0.0,
-            "gap_tokens": 0.0,
-            "entropy_sum": 0.0,
-            "masked_tokens": 0.0,
-        }
+        sums = dict.fromkeys(SUMS, 0.0)
         gap_max = 0.0
         grad_norm = 0.0
         self.model.train()
@@ -255,7 +291,7 @@ class PolicyTrainer:
                     logps, logits = self._logprobs(batch)
                     old_logps = logps.detach() if old is None else old[b]
                     if iteration == 0:
-                        gap_max = max(gap_max, self._first_pass_sums(sums, batch, old_logps, logits))
+                        gap_max = max(gap_max, first_pass_sums(sums, batch, old_logps, logits))
                     del logits  # not kept through backward: the graph holds only what it needs
                     loss, batch_sums = policy_loss(
                         logps,
@@ -267,18 +303,20 @@ class PolicyTrainer:
                         None if ref is None else ref[b],
                         trajectory_tokens=batch["trajectory_tokens"],
                         sampler_logps=batch["sampler_logprobs"],
+                        teacher_logps=None if teacher is None else teacher[b],
                     )
                     (loss * self.ranks.world).backward()  # DDP and FSDP average over the ranks: sum instead
                 loss_sum += float(loss.detach())
                 sums["clipped_tokens"] += batch_sums["clipped_tokens"]
                 if iteration == 0:
                     sums["kl_sum"] += batch_sums.get("kl_sum", 0.0)
-                    sums["masked_tokens"] += batch_sums.get("masked_tokens", 0.0)
+                    for key in ("masked_tokens", "distill_gap_sum", "hinted_tokens"):
+                        sums[key] += batch_sums.get(key, 0.0)
                 done += batch["input_ids"].shape[0]
                 if progress is not None:
                     progress(done, total_work, {"loss": loss_sum})
             [loss_sum] = self.ranks.summed([loss_sum])
-            grad_norm = _apply(optimizer, params, loss_sum, config.max_grad_norm, "the GRPO loss")
+            grad_norm = apply(optimizer, params, loss_sum, config.max_grad_norm, "the GRPO loss")
             if iteration == 0:
                 sums["loss"] = loss_sum
         local = [key for key in sums if key != "loss"]  # the loss was summed over the ranks for _apply
@@ -300,39 +338,18 @@ class PolicyTrainer:
             metrics["kl"] = sums["kl_sum"] / trained
         if config.icepop is not None:
             metrics["mismatch_masked"] = sums["masked_tokens"] / trained
+        if config.self_distill:
+            metrics["hinted_fraction"] = sums["hinted_tokens"] / trained
+            if sums["hinted_tokens"]:  # the mean logp - logp_teacher of the hinted tokens: KL(policy || teacher), k1
+                metrics["self_distill_kl"] = sums["distill_gap_sum"] / sums["hinted_tokens"]
         return {k: v for k, v in metrics.items() if not (isinstance(v, float) and math.isnan(v))}
 
-    @staticmethod
-    def _first_pass_sums(
-        sums: dict[str, float], batch: dict[str, Any], old_logps: torch.Tensor, logits: ScaledLogits
-    ) -> float:
-        """Metrics of the policy at the start of the step: entropy of the trained tokens, distance to the sampler;
-        returns the largest |logprob gap| to the sampler of this micro-batch.
-
-        `kl_sampler` is KL(sampler || policy) by the k3 estimator on the sampled tokens: near 0 on policy,
-        growing with staleness or an engine whose numbers differ from the trainer's.
-        """
-        import torch
-
-        with torch.no_grad():
-            mask = batch["mask"]
-            sums["entropy_sum"] += logits.entropy_sum(mask)
-            sampler = batch["sampler_logprobs"]
-            known = mask & torch.isfinite(sampler)
-            delta = old_logps[known] - sampler[known]
-            sums["gap_sum"] += float(delta.abs().sum())
-            sums["gap_kl_sum"] += float((torch.exp(delta) - delta - 1).sum())
-            sums["gap_tokens"] += float(known.sum())
-            return float(delta.abs().max()) if delta.numel() else 0.0
-
-    def _no_grad_logprobs(self, batches: list[dict[str, Any]], *, base: bool = False) -> list[torch.Tensor]:
-        """Logprobs of the current policy (or of the base model, adapter disabled) for every micro-batch."""
-        import contextlib
-
+    def _no_grad_logprobs(self, batches: list[dict[str, Any]], which: Which) -> list[torch.Tensor]:
+        """Logprobs of the current policy, the base model or a checkpoint (other_policies.py) for every micro-batch."""
         import torch
 
         self.model.eval()
-        with torch.no_grad(), self.model.disable_adapter() if base else contextlib.nullcontext():
+        with torch.no_grad(), self._others.active(which):
             return [self._logprobs(b)[0] for b in batches]
 
     def _logprobs(self, batch: dict[str, Any]) -> tuple[torch.Tensor, ScaledLogits]:
@@ -366,7 +383,7 @@ class PolicyTrainer:
         meanwhile) for the updates; gradients and modes put back after."""
         was_training, sharing = self.model.training, self._sharing
         if checkpointing:
-            _activation_checkpointing(self.model.base_model.model, on=True)
+            activation_checkpointing(self.model.base_model.model, on=True)
             self._sharing = None
         try:
             self.model.train()
@@ -376,7 +393,7 @@ class PolicyTrainer:
             self.model.train(was_training)
             self._sharing = sharing
             if checkpointing:
-                _activation_checkpointing(self.model.base_model.model, on=False)
+                activation_checkpointing(self.model.base_model.model, on=False)
 
     def _restoring(self, work: Callable[[], dict[str, float]]) -> dict[str, float]:
         """Run the updates of `work`; if anything fails, the weights and optimizer state are put back."""
@@ -411,39 +428,3 @@ class PolicyTrainer:
             if candidate is not None:
                 return int(candidate)
         return 0
-
-
-def _apply(
-    optimizer: torch.optim.Optimizer, params: list[torch.Tensor], loss: float, max_grad_norm: float, what: str
-) -> float:
-    """Clip the accumulated gradients and take the optimizer step; returns the gradient norm. Refuses non-finite."""
-    import torch
-
-    if not math.isfinite(loss):
-        raise FloatingPointError(f"{what} is {loss}; lower the learning rate or check the training data")
-    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm))
-    if not math.isfinite(grad_norm):
-        raise FloatingPointError(f"gradient norm is {grad_norm}; lower the learning rate")
-    optimizer.step()
-    return grad_norm
-
-
-def _timed(metrics: dict[str, float], started: float) -> dict[str, float]:
-    """`metrics` with the call's `train_s` and, when it trained, `tokens_per_s`."""
-    metrics["train_s"] = time.perf_counter() - started
-    if metrics.get("optimizer_steps"):
-        metrics["tokens_per_s"] = metrics["tokens_trained"] / metrics["train_s"]
-    return metrics
-
-
-def _activation_checkpointing(model: Any, *, on: bool) -> None:
-    """Non-reentrant checkpointing on or off; transformers 5 renamed it (the old names warn), 4.x has only those."""
-    if not hasattr(model, "activation_checkpointing_enable"):
-        if on:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        else:
-            model.gradient_checkpointing_disable()
-    elif on:
-        model.activation_checkpointing_enable({"use_reentrant": False})
-    else:
-        model.activation_checkpointing_disable()

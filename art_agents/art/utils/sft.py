@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from art_agents.progress import progress_bar
-from art_agents.train_config import TrainSFTConfig
+from art_agents.sft_config import TrainSFTConfig
 from art_agents.trajectory import Trajectory
 
 if TYPE_CHECKING:
