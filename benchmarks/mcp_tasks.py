@@ -37,6 +37,14 @@ class Solved:
     tool: str
     arguments: dict[str, Any]
 
+    def hint(self) -> str:
+        """The solution as privileged context for self-distillation: the call, what it returns, the answer."""
+        answer = self.scenario.reference_answer
+        return (
+            f"call {self.tool} with {json.dumps(self.arguments)}; it returns {answer}; then call complete_task with "
+            f"{json.dumps({'answer': answer})}."
+        )
+
 
 @dataclass(frozen=True)
 class TaskSet:
