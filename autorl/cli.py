@@ -24,6 +24,14 @@ LEARNING_RATE_HELP = (
 PIPELINE_HELP = "Roll out the next steps while one trains, at most --max-steps-off-policy behind (default off)."
 Pipeline = Annotated[bool | None, Opt("--pipeline/--no-pipeline", help=PIPELINE_HELP)]
 Fresh = Annotated[bool, Opt("--fresh", help="Delete the run folder's previous run and start over.")]
+RulerHints = Annotated[
+    bool | None,
+    Opt(
+        "--ruler-hints/--no-ruler-hints",
+        help="RULER's explanation of each rollout becomes its hint: training self-distils from the judge's words "
+        "(TrainConfig.self_distill 1.0 unless set).",
+    ),
+]
 REQUIRED = "Required (here or in --config)."
 KEY_HELP = (
     "API key of the {role}. Default: its provider's variable (OPENAI_API_KEY for openai/...); a --{role}-api-base "
@@ -130,6 +138,7 @@ def mcp_rl(
     group_size: Annotated[int | None, Opt(help="Rollouts per scenario (default 4).")] = None,
     groups_per_step: Annotated[int | None, Opt(help="Scenarios per step (default 4).")] = None,
     pipeline: Pipeline = None,
+    ruler_hints: RulerHints = None,
     max_steps_off_policy: StepsOffPolicy = None,
     sft_warmup: SftWarmup = None,
     teacher_model: Annotated[str | None, Opt(help="Model name of the warmup's teacher at its endpoint.")] = None,
@@ -170,6 +179,7 @@ def mcp_rl(
         "group_size": group_size,
         "groups_per_step": groups_per_step,
         "pipeline": pipeline,
+        "ruler_hints": ruler_hints,
         "max_steps_off_policy": max_steps_off_policy,
         "sft_warmup": sft_warmup,
         "teacher_model": teacher_model,
@@ -203,6 +213,7 @@ def autorl(
     group_size: Annotated[int | None, Opt(help="Rollouts per input (default 4).")] = None,
     groups_per_step: Annotated[int | None, Opt(help="Inputs per step (default 4).")] = None,
     pipeline: Pipeline = None,
+    ruler_hints: RulerHints = None,
     max_steps_off_policy: StepsOffPolicy = None,
     inputs: Annotated[int | None, Opt(help="Training inputs to generate (default 32).")] = None,
     eval_inputs: Annotated[int | None, Opt(help="Held-out inputs (default 12).")] = None,
@@ -233,6 +244,7 @@ def autorl(
         "group_size": group_size,
         "groups_per_step": groups_per_step,
         "pipeline": pipeline,
+        "ruler_hints": ruler_hints,
         "max_steps_off_policy": max_steps_off_policy,
         "inputs": inputs,
         "eval_inputs": eval_inputs,

@@ -85,6 +85,8 @@ class MCPRLConfig(RunConfig):
     def _teacher_for_warmup(self) -> MCPRLConfig:
         if self.sft_warmup and not self.teacher_model:
             raise ValueError("the SFT warmup needs a teacher: give --teacher-model (and --teacher-api-base) too")
+        if self.ruler_hints and self.reward:
+            raise ValueError("ruler_hints needs RULER's scoring; drop --reward or --ruler-hints")
         if self.guide_below is not None and not self.teacher_model:
             raise ValueError("guidance (--guide-below) needs a teacher: give --teacher-model (and --teacher-api-base)")
         return self

@@ -23,6 +23,16 @@ TOOL_USE_RUBRIC = """The agent was given a task and the tools of an MCP server.
 RewardFn = Callable[[Any, Trajectory], float | Awaitable[float]]
 
 
+def feedback_hint(trajectory: Trajectory) -> str | None:
+    """The judge's words on this rollout as its self-distillation hint: the teacher reads what went wrong (or right)
+    and scores the rollout's own tokens with that in view."""
+    explanation = trajectory.metadata.get("ruler_explanation")
+    if not explanation:
+        return None
+    score = trajectory.metrics.get("ruler_score", trajectory.reward)
+    return f"A reviewer judged an earlier attempt at this task (score {score:.2f} of 1): {explanation}"
+
+
 class GroupScorer:
     """An `after_each` hook that scores each group; `cost_usd` totals what the judge charged and `seconds` the time
     spent scoring (rewards or judge calls; several groups may be scored at once)."""
@@ -35,6 +45,7 @@ class GroupScorer:
         judge_model: str | None = None,
         rubric: str = TOOL_USE_RUBRIC,
         judge_params: dict[str, Any] | None = None,
+        hints: bool = False,
     ) -> None:
         if reward is None and judge_model is None:
             raise ValueError("give a judge model (RULER) or a reward function to score rollouts")
@@ -43,6 +54,7 @@ class GroupScorer:
         self.judge_model = judge_model
         self.rubric = rubric
         self.judge_params = judge_params or {}
+        self.hints = hints  # the judge's explanation of each rollout becomes its hint (self-distillation)
         self.cost_usd = 0.0
         self.cost_known = True
         self.prompt_tokens = 0
@@ -84,6 +96,8 @@ class GroupScorer:
         if reference:
             rubric += f"\n- The reference answer for this task is: {reference}"
         scored = await ruler_score_group(group, self.judge_model or "", rubric=rubric, **self.judge_params)
+        for trajectory in scored.trajectories if scored is not None and self.hints else []:
+            trajectory.hint = feedback_hint(trajectory)
         if scored is not None:
             summary = scored.metadata.get("ruler", {})
             self.cost_usd += float(summary.get("cost_usd", 0.0))

@@ -191,7 +191,7 @@ async def ruler_score_group(
     as keywords (`api_base=..., temperature=...`), merged.
 
     The original reward is kept in `metrics["independent_reward"]`, the score in
-    `metrics["ruler_score"]`, the judge's explanation in `logs`. Judge cost and tokens are in
+    `metrics["ruler_score"]`, the judge's explanation in `logs` and `metadata["ruler_explanation"]`. Judge cost and tokens are in
     `metadata["ruler"]` (per call) and as per-trajectory shares in metrics (a group's shares sum to
     its total). With `swallow_exceptions=True` a group the judge cannot score is dropped (None) and
     logged, instead of raising. Only the main history of each trajectory is shown to the judge.
@@ -238,6 +238,7 @@ def _apply(group: TrajectoryGroup, result: RulerResult, judge_model: str) -> Tra
         trajectory.metrics["ruler_judge_calls"] = sum(not c.cached for c in result.calls)
         if result.agreement is not None:
             trajectory.metrics["ruler_agreement"] = result.agreement
+        trajectory.metadata["ruler_explanation"] = " / ".join(result.explanations[index])
         for pass_index, explanation in enumerate(result.explanations[index]):
             label = f" pass {pass_index + 1}/{passes}" if passes > 1 else ""
             given = result.pass_scores[pass_index][index]
