@@ -12,7 +12,7 @@ from test_training_trainer import lora_model, sampled
 
 from art_agents.server.storage.token_store import TokenStore
 from art_agents.server.training.loss import BatchTotals, policy_loss
-from art_agents.server.training.self_distill import hint_ids
+from art_agents.server.training.self_distill import hint_ids, reply_header
 from art_agents.server.training.trainer import PolicyTrainer
 from art_agents.train_config import TrainConfig
 from art_agents.trajectory import TrajectoryGroup
@@ -67,6 +67,8 @@ def test_the_teacher_scores_the_students_tokens_with_the_hint_in_front(
     model = lora_model(tiny_model_path)
     groups = _groups(model, tokenizer, store, hints=True, rewards=[1, 0, 0, 1])
     hint = hint_ids(tokenizer, "the answer is 5")
+    header = reply_header(tokenizer)
+    assert tokenizer.decode(header) == "<|im_start|>assistant\n"
     expected = []
     with torch.no_grad():
         for trajectory in groups[0].trajectories:
@@ -74,7 +76,10 @@ def test_the_teacher_scores_the_students_tokens_with_the_hint_in_front(
             assert record is not None
             prompt, completion = record.prompt_ids, record.completion_ids
             plain = model(input_ids=torch.tensor([prompt + completion])).logits[0].log_softmax(-1)
-            hinted = model(input_ids=torch.tensor([hint + prompt + completion])).logits[0].log_softmax(-1)
+            assert prompt[-len(header) :] == header  # the hint goes in just before the reply opens
+            at = len(prompt) - len(header)
+            teacher_ids = prompt[:at] + hint + prompt[at:] + completion
+            hinted = model(input_ids=torch.tensor([teacher_ids])).logits[0].log_softmax(-1)
             for i, token in enumerate(completion):
                 expected.append(
                     float(plain[len(prompt) - 1 + i, token] - hinted[len(hint) + len(prompt) - 1 + i, token])

@@ -1,9 +1,11 @@
 """Self-distillation with hints: a teacher that sees privileged context scores the policy's own sampled tokens.
 
 A trajectory's `hint` (a reference answer, a judge's feedback) is rendered as a system message by the model's own
-chat template (plain text for a template without one) and put in front of each of its sequences, after a BOS
-token; the student's tokens after it are unchanged, so the teacher's logprob of every trained token lines up with
-the student's, shifted by the hint's length. The loss (training/loss.py) adds `self_distill * (logp - logp_teacher)`
+chat template (plain text for a template without one) and put into each of its sequences just before the reply it
+informs: before the assistant header (what `add_generation_prompt` adds) that opens the first trained turn, so a
+small model reads it next to the question rather than above a long system prompt (at the start, after a BOS, where
+no header is found). The student's tokens after it are unchanged, so the teacher's logprob of every trained token
+lines up with the student's, shifted by the hint's length. The loss (training/loss.py) adds `self_distill * (logp - logp_teacher)`
 per trained token, weighted by the importance ratio: its gradient is the per-token reverse-KL gradient of on-policy
 distillation. The teacher scores before the step's first update, without gradients.
 """
@@ -41,23 +43,47 @@ def hint_ids(tokenizer: Any, hint: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def reply_header(tokenizer: Any) -> list[int]:
+    """The tokens that open an assistant reply in the model's template ([] when it has none to find)."""
+    messages = [{"role": "user", "content": "x"}]
+    try:
+        closed = tokenizer.apply_chat_template(messages, tokenize=False)
+        opened = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    except Exception:
+        return []
+    return (
+        list(tokenizer(opened[len(closed) :], add_special_tokens=False)["input_ids"])
+        if opened.startswith(closed)
+        else []
+    )
+
+
 @dataclass
 class Hints:
     """The hint tokens of each trained trajectory that has one, keyed by (group, trajectory)."""
 
     ids: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    header: list[int] = field(default_factory=list)  # what opens a reply: the hint goes just before it
     too_long: int = 0  # sequences whose hinted form would not fit the context: they train without a teacher
 
     @classmethod
     def of(cls, groups: list[TrajectoryGroup], tokenizer: Any) -> Hints:
-        return cls(
-            {
-                (g, t): hint_ids(tokenizer, trajectory.hint)
-                for g, group in enumerate(groups)
-                for t, trajectory in enumerate(group.trajectories)
-                if trajectory.hint
-            }
-        )
+        ids = {
+            (g, t): hint_ids(tokenizer, trajectory.hint)
+            for g, group in enumerate(groups)
+            for t, trajectory in enumerate(group.trajectories)
+            if trajectory.hint
+        }
+        return cls(ids, reply_header(tokenizer) if ids else [])
+
+    def position(self, sequence: TrainSequence, bos_id: int | None) -> int:
+        """Where the hint goes: before the last reply header that ends by the first trained token, else the start."""
+        first = sequence.mask.index(True) if True in sequence.mask else len(sequence.mask)
+        size = len(self.header)
+        for start in range(first - size, -1, -1) if size else ():
+            if sequence.token_ids[start : start + size] == self.header:
+                return start
+        return 1 if bos_id is not None and sequence.token_ids[:1] == [bos_id] else 0
 
     def trained(
         self, advantages: GroupAdvantages, config: TrainConfig
@@ -76,14 +102,14 @@ class Hints:
     def teacher_sequence(
         self, sequence: TrainSequence, bos_id: int | None, context: int | None
     ) -> TrainSequence | None:
-        """`sequence` with its hint in front (after a BOS), or None without a hint or when it would not fit."""
+        """`sequence` with its hint in it (`position`), or None without a hint or when it would not fit."""
         hint = self.ids.get((sequence.group, sequence.trajectory))
         if not hint:
             return None
         if context is not None and len(sequence.token_ids) + len(hint) > context:
             self.too_long += 1
             return None
-        at = 1 if bos_id is not None and sequence.token_ids[:1] == [bos_id] else 0
+        at = self.position(sequence, bos_id)
 
         def inserted(values: list, fill: Any) -> list:
             return values[:at] + [fill] * len(hint) + values[at:]
