@@ -100,6 +100,42 @@ def test_two_processes_train_as_one(
         processes.stop()
 
 
+@pytest.mark.slow  # two trainer processes (DDP) on one step that reads a checkpoint and hints
+def test_two_processes_self_distill_as_one(
+    tiny_model_path: Path, tokenizer: Any, store: TokenStore, tmp_path: Path
+) -> None:
+    config = ModelConfig(trainer_processes=2)
+    model = perturbed_lora(tiny_model_path, config)
+    model.save_pretrained(str(tmp_path / "teacher" / "0000"))  # the teacher and the KL's reference: this checkpoint
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_A" in name:
+                param.mul_(1.5)  # the policy is no longer that checkpoint
+    groups = groups_for(model, tokenizer, store)
+    for g, group in enumerate(groups):
+        for t, trajectory in enumerate(group.trajectories):
+            trajectory.hint = None if (g + t) % 3 == 0 else f"the best answer has {g + t} letters"
+    settings = TrainConfig(
+        micro_batch_size=2, max_grad_norm=1e6, beta=0.1, reference_step=0, self_distill=1.0, teacher=0
+    )
+    work = StepWork("rl", settings, Policy("m", 0), groups, {0: str(tmp_path / "teacher" / "0000")})
+    processes = TrainerProcesses(str(tiny_model_path), config, tmp_path)
+    try:
+        alone = PolicyTrainer(copy.deepcopy(model), tokenizer, store)
+        m1 = alone.run(work, None)
+        policy = PolicyModel(copy.deepcopy(model), tokenizer)
+        together = ProcessTrainer(processes, policy, None)
+        m2 = together.run(work, None)
+        assert m1["self_distill_kl"] != 0 and m1["kl"] > 0 and 0 < m1["hinted_fraction"] < 1
+        assert_same_update(
+            (m1, trainable_weights(alone.model), alone.optimizer_state()),
+            (m2, trainable_weights(policy.model), together.optimizer_state()),
+            ("loss", "grad_norm", "kl", "self_distill_kl", "hinted_fraction"),
+        )
+    finally:
+        processes.stop()
+
+
 @pytest.mark.slow  # two trainer processes, one killed mid-step, then two new ones
 def test_a_process_killed_mid_step_fails_it_by_rank_and_the_next_step_starts_anew(
     tiny_model_path: Path, tokenizer: Any, store: TokenStore, tmp_path: Path
