@@ -91,7 +91,8 @@ class PolicyTrainer:
     def run(self, work: StepWork, progress: Progress | None) -> dict[str, float]:
         """`train` or `train_sft`, as `work` asks."""
         if work.kind == "rl":
-            return self.train(work.groups, work.config, progress, policy=work.policy, checkpoints=work.checkpoints)  # type: ignore[arg-type]
+            rl_config: TrainConfig = work.config  # type: ignore[assignment]
+            return self.train(work.groups, rl_config, progress, policy=work.policy, checkpoints=work.checkpoints)
         return self.train_sft(work.trajectories, work.config, progress, policy=work.policy)  # type: ignore[arg-type]
 
     def optimizer_state(self) -> dict:
