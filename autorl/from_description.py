@@ -18,10 +18,11 @@ from typing import Any, TypeVar
 from pydantic import Field, field_validator
 
 from art_agents.autorl.curriculum import Curriculum, PoolInput
-from art_agents.autorl.evaluation import UNPRICED, EvalReport, compare_with_base, evaluate, saved_evaluation
+from art_agents.autorl.eval_settings import EvalSettings
 from art_agents.autorl.generation import Generated, Generation, GenerationError
 from art_agents.autorl.run_config import RunConfig, RunSummary, registered_model
-from art_agents.autorl.run_folder import RunFolder
+from art_agents.autorl.run_eval import held_out_evaluation
+from art_agents.autorl.run_folder import EVAL_FILE, RUBRIC_FILE, SYSTEM_PROMPT_FILE, RunFolder
 from art_agents.autorl.scoring import GroupScorer
 from art_agents.autorl.task_data import (
     InputDraft,
@@ -32,6 +33,7 @@ from art_agents.autorl.task_data import (
     number_inputs,
 )
 from art_agents.autorl.text_rollout import TextRolloutConfig, text_rollout
+from art_agents.evaluation.run import Evaluation
 from art_agents.llm import Answer, LLMCall
 from art_agents.loop.train import StepRecord, train_loop
 from art_agents.model import TrainableModel
@@ -40,8 +42,8 @@ from art_agents.trajectory import TrajectoryGroup
 
 Echo = Callable[[str], None]
 Spent = TypeVar("Spent", bound=Answer[TaskSetup] | Generated[InputDraft])
-SYSTEM_PROMPT_FILE, RUBRIC_FILE = "system_prompt.md", "rubric.md"
-INPUTS_FILE, EVAL_FILE, STEPS_FILE = "inputs.jsonl", "eval.jsonl", "steps.jsonl"
+INPUTS_FILE, STEPS_FILE = "inputs.jsonl", "steps.jsonl"
+UNPRICED = "False when LiteLLM has no price for the judge: its cost then counts as 0, which is not what it cost."
 
 
 class AutoRLConfig(RunConfig):
@@ -102,20 +104,6 @@ class StepRow(Schema):
 class AutoRLSummary(RunSummary):
     steps: list[StepRow] = Field(default_factory=list, description="Train calls of this invocation.")
 
-    def table(self) -> str:
-        versus = self.after.versus_base
-        lines = [
-            f"{'held out (' + str(self.before.scenarios) + ' inputs)':<28}{'base':>10}{'step ' + str(self.step):>10}",
-            f"{'judge score':<28}{self.before.score:>10.3f}{self.after.score:>10.3f}",
-            f"{'answers not cut off':<28}{self.before.completion_rate:>10.3f}{self.after.completion_rate:>10.3f}",
-        ]
-        if versus is not None:
-            lines.append(
-                f"{'win rate vs base':<28}{'':>10}{versus.win_rate:>10.3f}"
-                f"   ({versus.wins} wins, {versus.losses} losses, {versus.ties} ties)"
-            )
-        return "\n".join(lines + self.spend_lines())
-
 
 def _task(config: AutoRLConfig) -> dict[str, Any]:
     """What identifies the run: a rerun with other values here is another run."""
@@ -126,11 +114,6 @@ def _task(config: AutoRLConfig) -> dict[str, Any]:
         "name": config.name,
         "project": config.project,
     }
-
-
-def _read_text(folder: RunFolder, name: str) -> str | None:
-    path = folder.file(name)
-    return path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
 
 class _Ledger:
@@ -165,8 +148,8 @@ async def prepare_task(config: AutoRLConfig, folder: RunFolder, echo: Echo = pri
     The system prompt and rubric are markdown files: edit them after `--dry-run` and the run uses them.
     """
     ledger = _Ledger(folder, config)
-    system_prompt = config.system_prompt or _read_text(folder, SYSTEM_PROMPT_FILE)
-    rubric = config.rubric or _read_text(folder, RUBRIC_FILE)
+    system_prompt = config.system_prompt or folder.read_text(SYSTEM_PROMPT_FILE)
+    rubric = config.rubric or folder.read_text(RUBRIC_FILE)
     if system_prompt is None or rubric is None:
         generator, params = ledger.generator()
         echo(f"writing the system prompt and rubric with {generator}")
@@ -216,9 +199,18 @@ async def prepare_run(config: AutoRLConfig, *, fresh: bool = False, echo: Echo =
     if folder.claim(_task(config), fresh=fresh):
         echo(f"resuming the run in {folder.path}")
     try:
-        return folder, await prepare_task(config, folder, echo)
+        data = await prepare_task(config, folder, echo)
     except GenerationError as exc:
         raise exc.saved(folder.saved()) from exc
+    settings = EvalSettings.of(
+        config, _eval_rollout(config), rubric=data.setup.rubric, system_prompt_file=SYSTEM_PROMPT_FILE
+    )
+    settings.save(folder)  # what `art-agents eval RUN_FOLDER` evaluates with
+    return folder, data
+
+
+def _eval_rollout(config: AutoRLConfig) -> TextRolloutConfig:
+    return config.rollout.model_copy(update={"temperature": config.eval_temperature})
 
 
 async def run_autorl(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = print) -> AutoRLSummary:
@@ -229,9 +221,9 @@ async def run_autorl(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = 
     run = _Run(config, folder, data, echo)
     async with registered_model(config, folder) as model:
         step = await model.get_step()
-        before = await run.evaluation(model, 0, step)
+        await run.evaluation(model, 0)
         if step and (step % config.eval_every == 0 or step >= config.steps):
-            await run.evaluation(model, step, step)  # an evaluation the previous invocation did not finish
+            await run.evaluation(model, step)  # an evaluation the previous invocation did not finish
         if step < config.steps:
             if step:
                 echo(f"continuing at step {step} of {config.steps}")
@@ -245,12 +237,11 @@ async def run_autorl(config: AutoRLConfig, *, fresh: bool = False, echo: Echo = 
                 **config.loop_options(),
             )
         step = await model.get_step()
-        after = await run.evaluation(model, step, step)
+        final = await run.evaluation(model, step)
     summary = AutoRLSummary(
         out=folder.path,
         step=step,
-        before=before,
-        after=after,
+        evaluation=final.summary,
         steps=run.rows,
         judge_cost_usd=run.scorer.cost_usd,
         judge_cost_known=run.scorer.cost_known,
@@ -274,38 +265,20 @@ class _Run:
             self.scenarios, judge_model=config.judge_model, rubric=data.setup.rubric, judge_params=config.judge_params
         )
         self.rows: list[StepRow] = []
+        self.held_out = held_out_evaluation(
+            folder, config, data.eval_inputs, self.scorer, _eval_rollout(config), system_prompt=data.setup.system_prompt
+        )
         self.judge_mark = self._mark()
 
-    async def evaluation(self, model: TrainableModel, step: int, current: int) -> EvalReport:
-        config, setup = self.config, self.data.setup
-        rollout_config = config.rollout.model_copy(update={"temperature": config.eval_temperature})
-
-        async def compute() -> EvalReport:
-            report = await evaluate(
-                self.data.eval_inputs,
-                lambda item: text_rollout(model, item, setup.system_prompt, rollout_config),
-                self.scorer,
-                step=step,
-                pbar_desc=f"eval step {step}",
-            )
-            if step > 0:
-                base = self.folder.read_json("eval/step_0000.json", EvalReport)
-                if base is not None:
-                    report = await compare_with_base(
-                        report,
-                        base,
-                        {i.id: i.input for i in self.data.eval_inputs},
-                        self.scorer,
-                        instructions=setup.system_prompt,
-                        seed=config.seed,
-                    )
-            versus = f", win rate vs base {report.versus_base.win_rate:.3f}" if report.versus_base else ""
-            self.echo(f"eval at step {step}: judge score {report.score:.3f}{versus}")
-            return report
-
-        report = await saved_evaluation(self.folder, step, current, compute)
+    async def evaluation(self, model: TrainableModel, step: int) -> Evaluation:
+        """Step 0 against `step` on the held-out inputs, as `art-agents eval RUN_FOLDER` evaluates them."""
+        evaluation = await self.held_out.steps(model, sorted({0, step}))
+        last = evaluation.summary.models[-1]
+        versus = next((c.judged for c in evaluation.summary.comparisons if c.judged is not None), None)
+        won = f", win rate vs base {versus.win_rate:.3f}" if versus and versus.win_rate is not None else ""
+        self.echo(f"eval at step {step}: judge score {last.mean_reward or 0.0:.3f}{won}")
         self.judge_mark = self._mark()  # evaluations report their own judge cost, not the next step's row
-        return report
+        return evaluation
 
     def _mark(self) -> tuple[int, int, float]:
         return self.scorer.prompt_tokens, self.scorer.completion_tokens, self.scorer.cost_usd
@@ -348,7 +321,7 @@ class _Run:
             f"inputs retired {row.retired}, added {row.added}, pool {row.pool}"
         )
         if record.advanced and (record.step % self.config.eval_every == 0 or record.step >= self.config.steps):
-            await self.evaluation(model, record.step, record.step)
+            await self.evaluation(model, record.step)
 
     async def _refresh(self, step: int) -> tuple[int, int]:
         """Replace the inputs due for retirement with new ones; on a generator failure keep them and go on."""

@@ -16,12 +16,13 @@ from typing import Any
 
 from pydantic import Field
 
-from art_agents.autorl.evaluation import EvalReport, evaluate, saved_evaluation
+from art_agents.autorl.eval_settings import EvalSettings
 from art_agents.autorl.generation import Generation, GenerationError
 from art_agents.autorl.guidance import Guide
 from art_agents.autorl.mcp_rl_config import MCPRLConfig
 from art_agents.autorl.run_config import RunSummary, registered_model
-from art_agents.autorl.run_folder import RunFolder
+from art_agents.autorl.run_eval import RunEvaluation, held_out_evaluation
+from art_agents.autorl.run_folder import SCENARIOS_FILE, RunFolder
 from art_agents.autorl.scenarios import (
     Scenario,
     ScenarioDraft,
@@ -33,32 +34,17 @@ from art_agents.autorl.scoring import GroupScorer, RewardFn
 from art_agents.autorl.sft_warmup import Warmup, check_teacher, pending, sft_warmup, teacher
 from art_agents.autorl.temperature import AdaptiveTemperature
 from art_agents.autorl.tool_rollout import server_rollout
-from art_agents.integrations.mcp import MCPServer
+from art_agents.evaluation.run import Evaluation
 from art_agents.jobs import load_function
 from art_agents.loop.train import StepRecord, train_loop
 from art_agents.model import TrainableModel
 
 Echo = Callable[[str], None]
-SCENARIOS_FILE = "scenarios.jsonl"
 
 
 class MCPRLSummary(RunSummary):
     steps: list[StepRecord] = Field(default_factory=list, description="Steps trained by this invocation.")
     warmup: Warmup | None = Field(None, description="The SFT warmup before RL, if the run has one.")
-
-    def table(self) -> str:
-        rows = [
-            ("judge score" if self.before.judge_cost_usd or self.after.judge_cost_usd else "score", "score"),
-            ("task completed", "completion_rate"),
-            ("tool-call error rate", "tool_error_rate"),
-            ("tool calls per rollout", "tool_calls_per_rollout"),
-        ]
-        lines = [
-            f"{'val (' + str(self.before.scenarios) + ' scenarios)':<26}{'base':>10}{'step ' + str(self.step):>10}"
-        ]
-        for label, key in rows:
-            lines.append(f"{label:<26}{getattr(self.before, key):>10.3f}{getattr(self.after, key):>10.3f}")
-        return "\n".join(lines + self.spend_lines())
 
 
 async def prepare_scenarios(
@@ -132,6 +118,10 @@ async def run_mcp_rl(
             judge_params=config.judge_params,
         )
         temperature = AdaptiveTemperature(config.rollout.temperature, config.temperature_schedule)
+        eval_rollout = config.rollout.model_copy(update={"temperature": config.eval_temperature})
+        held_out = held_out_evaluation(folder, config, val, scorer, eval_rollout, server=server)
+        recorded = server.model_dump(mode="json", exclude={"headers", "env"})
+        EvalSettings.of(config, eval_rollout, reward=reward, rubric=config.rubric, mcp_server=recorded).save(folder)
 
         async def rollout(model: Any, scenario: Scenario) -> Any:
             """The tool rollout at the temperature of the moment (the teacher's warmup runs at the starting one)."""
@@ -139,16 +129,14 @@ async def run_mcp_rl(
             return await server_rollout(model, scenario, server, settings)
 
         async with registered_model(config, folder) as model:
-            step = await model.get_step()
-            before = await _evaluation(config, folder, model, server, val, scorer, step=0, current=step, echo=echo)
+            await _evaluation(held_out, model, 0, echo)
             warmup, records = await _train(config, folder, model, rollout, train, scorer, temperature, echo)
             step = await model.get_step()
-            after = await _evaluation(config, folder, model, server, val, scorer, step=step, current=step, echo=echo)
+            final = await _evaluation(held_out, model, step, echo)
     summary = MCPRLSummary(
         out=folder.path,
         step=step,
-        before=before,
-        after=after,
+        evaluation=final.summary,
         steps=records,
         warmup=warmup,
         judge_cost_usd=scorer.cost_usd,
@@ -242,40 +230,13 @@ class _StepEcho:
         )
 
 
-async def _evaluation(
-    config: MCPRLConfig,
-    folder: RunFolder,
-    model: TrainableModel,
-    server: MCPServer,
-    val: list[Scenario],
-    scorer: GroupScorer,
-    *,
-    step: int,
-    current: int,
-    echo: Echo,
-) -> EvalReport:
-    rollout_config = config.rollout.model_copy(update={"temperature": config.eval_temperature})
-
-    async def compute() -> EvalReport:
-        began = time.perf_counter()
-        report = await evaluate(
-            val,
-            lambda s: server_rollout(model, s, server, rollout_config),
-            scorer,
-            step=step,
-            pbar_desc=f"eval step {step}",
-        )
-        headline = json.dumps({k: round(v, 3) for k, v in _headline(report).items()})
-        echo(f"eval at step {step}: {headline} ({time.perf_counter() - began:.1f} s)")
-        return report
-
-    return await saved_evaluation(folder, step, current, compute)
-
-
-def _headline(report: EvalReport) -> dict[str, float]:
-    return {
-        "score": report.score,
-        "completed": report.completion_rate,
-        "tool_errors": report.tool_error_rate,
-        "failed": float(report.failed),
-    }
+async def _evaluation(held_out: RunEvaluation, model: TrainableModel, step: int, echo: Echo) -> Evaluation:
+    """Step 0 against `step` on the held-out scenarios, as `art-agents eval RUN_FOLDER` evaluates them."""
+    began = time.perf_counter()
+    evaluation = await held_out.steps(model, sorted({0, step}))
+    last = evaluation.summary.models[-1]
+    figures = {"reward": last.mean_reward or 0.0, **last.metrics, "failed": float(last.failed_scenarios)}
+    keys = ("reward", "completed", "tool_calls", "tool_errors", "failed")
+    headline = json.dumps({k: round(figures[k], 3) for k in keys if k in figures})
+    echo(f"eval at step {step}: {headline} ({time.perf_counter() - began:.1f} s)")
+    return evaluation

@@ -9,11 +9,11 @@ from typing import Any, Self
 
 from pydantic import Field
 
-from art_agents.autorl.evaluation import EvalReport
 from art_agents.autorl.generation import Generation, spend_text
 from art_agents.autorl.run_folder import RunFolder
 from art_agents.backends.registered import registered_model as core_registered_model
 from art_agents.errors import ArtError
+from art_agents.evaluation.files import EvalSummary
 from art_agents.llm import check_key
 from art_agents.model import TrainableModel
 from art_agents.schema import Schema
@@ -91,17 +91,24 @@ class RunConfig(Schema):
 
 
 class RunSummary(Schema):
-    """What a run ends with (saved as `summary.json`): the evaluations before and after, and the cost."""
+    """What a run ends with (saved as `summary.json`): its held-out evaluation of step 0 and the last step, and
+    the cost."""
 
     out: Path
     step: int
-    before: EvalReport
-    after: EvalReport
+    evaluation: EvalSummary = Field(description="As `eval/heldout/summary.json`: what `art-agents eval` prints.")
     judge_cost_usd: float = Field(0.0, description="Judge cost of this invocation (training and evaluation).")
     judge_cost_known: bool = Field(True, description="False when the judge is missing from LiteLLM's price map.")
     judge_prompt_tokens: int = 0
     judge_completion_tokens: int = 0
     generation: Generation | None = Field(None, description="What generating the run's data has cost, all runs.")
+
+    def table(self) -> str:
+        """The evaluation's tables, as `art-agents eval RUN_FOLDER` prints them, then what the judge and generator
+        cost."""
+        from art_agents.evaluation.tables import eval_text
+
+        return "\n".join([eval_text(self.evaluation), *self.spend_lines()])
 
     def spend_lines(self) -> list[str]:
         """The judge's and the generator's tokens and cost, as LiteLLM reported them."""

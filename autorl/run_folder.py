@@ -2,8 +2,9 @@
 
 Everything a rerun needs lives here, so rerunning the same command continues instead of starting
 over: `task.json` (what the run is about; a rerun for something else is refused), the generated
-data (`scenarios.jsonl`), one JSON file per evaluation (`eval/step_NNNN.json`), and the server's
-own art path (`art/`: checkpoints, history, token store), from which the step is resumed.
+data (`scenarios.jsonl`), the held-out evaluation (`eval/heldout/`, `art.evaluate`'s files, a step evaluated once
+reused) and what it was run with (`eval_settings.json`), and the server's own art path (`art/`: checkpoints,
+history, token store), from which the step is resumed.
 Every file is written atomically, so an interrupted run leaves the folder consistent.
 """
 
@@ -20,6 +21,10 @@ from art_agents.atomic import append_line, write_text_atomic
 from art_agents.errors import ArtError
 
 M = TypeVar("M", bound=BaseModel)
+# Files a run writes that `art-agents eval RUN_FOLDER` reads back: MCP•RL's scenarios (train and val); AutoRL's
+# system prompt, rubric and held-out inputs.
+SCENARIOS_FILE = "scenarios.jsonl"
+SYSTEM_PROMPT_FILE, RUBRIC_FILE, EVAL_FILE = "system_prompt.md", "rubric.md", "eval.jsonl"
 
 
 class RunFolderMismatch(ArtError):
@@ -91,6 +96,11 @@ class RunFolder:
     def append_jsonl(self, name: str, row: BaseModel) -> None:
         """One more line at the end: a log that grows by a row per step is never rewritten."""
         append_line(self.file(name), row.model_dump_json())
+
+    def read_text(self, name: str) -> str | None:
+        """The file's text without surrounding whitespace; None when there is none."""
+        path = self.file(name)
+        return path.read_text(encoding="utf-8").strip() if path.is_file() else None
 
     def write_text(self, name: str, text: str) -> Path:
         return write_text_atomic(self.file(name), text)

@@ -4,7 +4,7 @@ calculator`) or `mcp-server-sqlite` over a shop's database (`--tasks sqlite`); `
 Offline, on CPU, through the toolkit's own MCP•RL pieces: an `MCPServer` (the published server from PyPI, over
 stdio, in a venv of its own since both pin `mcp<2`), the ready `tool_rollout` (the server's tools plus
 `complete_task`), `gather_trajectory_groups` and `model.train` with a reward that checks the final answer, and
-`evaluate` on held-out tasks before and after (greedy). Tasks are built in code, seeded, with known answers
+`art.evaluate` on held-out tasks before and after (greedy), as MCP•RL's own evaluation. Tasks are built in code, seeded, with known answers
 (written to `--scenarios-out`). SmolLM2's chat template ignores `tools`; the server then lists the tools and the
 `<tool_call>` format in the system message itself. Three worked examples precede each task as turns of the
 conversation.
@@ -61,15 +61,16 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent / "tests")]
 
 from bench_setup import bench_model, model_parser  # noqa: E402
-from mcp_rl_results import rate, success, summarise, valid  # noqa: E402
+from mcp_rl_results import rate, success, summarise, task_items, valid  # noqa: E402
 from mcp_rl_rollouts import Teacher, reward, server_rollout  # noqa: E402
 from mcp_tasks import TASK_SETS, Solved, TaskSet  # noqa: E402
 
-from art_agents.autorl.evaluation import EvalReport, evaluate  # noqa: E402
 from art_agents.autorl.guidance import Guide  # noqa: E402
+from art_agents.autorl.run_eval import scored_alone  # noqa: E402
 from art_agents.autorl.scenarios import Scenario  # noqa: E402
 from art_agents.autorl.scoring import GroupScorer  # noqa: E402
 from art_agents.autorl.tool_rollout import ToolRolloutConfig  # noqa: E402
+from art_agents.evaluation import Evaluation, evaluate  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -188,20 +189,22 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
             timings["load_s"].append(time.perf_counter() - started)
             print(f"server up and model loaded in {timings['load_s'][0]:.0f}s", flush=True)
 
-            async def measure(step: int) -> EvalReport:
+            # `art.evaluate`, as MCP•RL's own evaluation: step 0 (saved, so run once) against `step`, paired
+            held_out = scored_alone(functools.partial(server_rollout, server=server, config=eval_config), scorer)
+
+            async def measure(step: int) -> Evaluation:
                 reset(f"evaluation at step {step}")
                 began = time.perf_counter()
-                report = await evaluate(
-                    val, lambda s: server_rollout(model, s, server, eval_config), scorer, step=step, pbar_desc=None
+                steps = [f"{model.name}@{s}" for s in sorted({0, step})]
+                result = await evaluate(
+                    held_out, val, steps, out=art_path, steps_of=model, concurrency=len(val), pbar_desc=None
                 )
                 timings["evaluation_s"].append(time.perf_counter() - began)
-                return report
+                return result
 
-            before = await measure(0)
-            print(
-                f"base: success {rate(before, success):.3f}, valid tool call {rate(before, valid):.3f}, "
-                f"reward {before.score:.3f} ({timings['evaluation_s'][0]:.0f}s)"
-            )
+            base = task_items(next(iter((await measure(0)).runs.values())))
+            print(f"base: success {rate(base, success):.3f}, valid tool call {rate(base, valid):.3f}, "
+                  f"reward {rate(base, lambda item: item['score']):.3f} ({timings['evaluation_s'][0]:.0f}s)")  # fmt: skip
             if args.mode != "rl":
                 timings |= await sft_warmup(
                     args, model, server, rollout_config, trainable[: args.teacher_tasks], scorer
@@ -217,7 +220,7 @@ async def run_in(args: argparse.Namespace, art_path: Path) -> dict[str, Any]:
     if resets:
         print(f"the server's state was changed by rollouts and put back {len(resets)} times: {', '.join(resets)}")
     settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    summary = summarise(before, after, time.perf_counter() - started, timings, args.versus)
+    summary = summarise(after, time.perf_counter() - started, timings, args.versus)
     return summary | {"state_resets": resets, "guided": guides, "settings": settings}
 
 

@@ -15,6 +15,9 @@ from pathlib import Path
 import pytest
 from autorl_fixtures import TASK, ScriptedAutoRL, input_requests
 from scripted_openai import ScriptedOpenAI
+from test_eval_run_folder import comparable
+
+from art_agents.evaluation.files import EvalSummary
 
 
 def command(url: str, tiny_model_path: Path, out: Path, *extra: str) -> list[str]:
@@ -81,7 +84,7 @@ def test_autorl_runs_survives_sigint_and_sigkill_and_finishes_at_the_right_step(
             assert "Rerun the same command to continue" in stderr and "Traceback" not in stderr
         generated = {name: (out / name).read_text() for name in ("eval.jsonl", "rubric.md", "system_prompt.md")}
         assert json.loads((out / "task.json").read_text())["task"] == TASK
-        assert json.loads((out / "eval" / "step_0000.json").read_text())["scenarios"] == 2
+        assert len((out / "eval" / "heldout" / "autorl-agent@0.jsonl").read_text().splitlines()) == 2
 
         second = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         # killed once step 2 is logged (during its evaluation or step 3): a kill between the pool's write and
@@ -101,16 +104,30 @@ def test_autorl_runs_survives_sigint_and_sigkill_and_finishes_at_the_right_step(
         assert input_requests(server.requests, steered=False) == 2  # held-out and training inputs, once each
         setups = [r for r in server.requests if r["messages"][0]["content"].startswith("You prepare")]
         assert len(setups) == 1
+        again = tmp_path / "again"  # `art-agents eval RUN_FOLDER`, no flag: the judge's key from the environment
+        evaluated = subprocess.run(
+            [sys.executable, "-m", "art_agents", "eval", str(out), "--out", str(again)],
+            env={**env, "OPENAI_API_KEY": "sk-test"}, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert evaluated.returncode == 0, evaluated.stderr
+
+    def rows(folder: Path) -> tuple[list[list[str]], list[list[str]]]:
+        return comparable(EvalSummary.model_validate_json((folder / "eval" / "heldout" / "summary.json").read_text()))
+
+    assert rows(again) == rows(out)  # greedy: the same table as the run's own, seconds apart
 
     history = [json.loads(line) for line in (models / "history.jsonl").read_text().splitlines()]
     assert [row["step"] for row in history] == [1, 2, 3]  # no step trained twice, none skipped
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["step"] == 3 and summary["before"]["step"] == 0 and summary["after"]["step"] == 3
-    versus = summary["after"]["versus_base"]
-    assert versus["wins"] + versus["losses"] + versus["ties"] == 2
-    assert 0 <= versus["win_rate"] <= 1 and summary["before"]["versus_base"] is None
-    assert json.loads((out / "eval" / "step_0002.json").read_text())["versus_base"] is not None
+    evaluation = summary["evaluation"]
+    assert summary["step"] == 3 and [m["step"] for m in evaluation["models"]] == [0, 3]
+    (pair,) = evaluation["comparisons"]
+    versus = pair["judged"]  # RULER's rewards are relative: the answers judged side by side against the base's
+    assert pair["baseline"] == "autorl-agent@0" and versus["wins"] + versus["losses"] + versus["ties"] == 2
+    assert 0 <= versus["win_rate"] <= 1
+    assert len((out / "eval" / "heldout" / "autorl-agent@2.jsonl").read_text().splitlines()) == 2  # eval_every
     assert "win rate vs base" in third.stdout and "judge score" in third.stdout
+    assert "evaluation heldout: pairs" in third.stdout
 
     pool = [json.loads(line) for line in (out / "inputs.jsonl").read_text().splitlines()]
     retired = [p for p in pool if p["retired_at_step"] is not None]
@@ -123,6 +140,6 @@ def test_autorl_runs_survives_sigint_and_sigkill_and_finishes_at_the_right_step(
     assert all(r["judge_prompt_tokens"] > 0 and r["judge_prompt_tokens"] % 10 == 0 for r in rows)
     assert any(r["generator_prompt_tokens"] == 10 for r in rows)  # the replacement inputs
     assert not any(r["judge_cost_known"] or r["generator_cost_known"] for r in rows)  # no price, not $0
-    assert summary["after"]["judge_cost_known"] is False and versus["judge_cost_known"] is False
+    assert summary["judge_cost_known"] is False
     generation = json.loads((out / "generation.json").read_text())  # a request the kill cut off is not in it
     assert 3 + 1 <= generation["calls"] <= 3 + input_requests(server.requests, steered=True)

@@ -12,9 +12,10 @@ from scripted_openai import ScriptedOpenAI
 
 from art_agents import Trajectory, TrajectoryGroup
 from art_agents.autorl.curriculum import Curriculum, PoolInput
-from art_agents.autorl.evaluation import EvalItem, EvalReport, compare_with_base
 from art_agents.autorl.from_description import AutoRLConfig
 from art_agents.autorl.scoring import GroupScorer
+from art_agents.autorl.versus_base import judge_versus_first
+from art_agents.evaluation import EvalSummary, Evaluation, ModelSummary, ScenarioRun, compare_pair
 from art_agents.ruler import RulerError
 from art_agents.ruler.pairwise import compare_answers
 
@@ -57,39 +58,56 @@ def first_shown_wins(body: dict[str, Any]) -> str:
     return json.dumps({"explanation": "position 1", "better": "1"})
 
 
+def answered(answers: dict[str, dict[str, str | None]]) -> Evaluation:
+    """An evaluation whose models (first the base) answered each scenario as given; None: its rollout failed."""
+    runs = {
+        label: [
+            ScenarioRun(scenario_id=i, index=n, rewards=[] if a is None else [0.5],
+                        trajectories=[] if a is None else [Trajectory(reward=0.5, metadata={"answer": a})])
+            for n, (i, a) in enumerate(given.items())
+        ]
+        for label, given in answers.items()
+    }  # fmt: skip
+    rewards = {label: {r.scenario_id: r.reward for r in rs} for label, rs in runs.items()}
+    labels = list(answers)
+    summary = EvalSummary(
+        name="heldout", scenarios=len(answers[labels[0]]), rollouts_per_scenario=1, decoding="greedy",
+        models=[ModelSummary(model=label, file=f"{label}.jsonl", scenarios=len(runs[label]), failed_scenarios=0,
+                             failed_rollouts=0, mean_reward=0.5) for label in labels],
+        comparisons=[compare_pair(labels[j], labels[i], rewards[labels[j]], rewards[labels[i]])
+                     for j in range(len(labels)) for i in range(j)],
+    )  # fmt: skip
+    return Evaluation(summary=summary, runs=runs)
+
+
 async def test_a_pairwise_judge_that_favours_a_position_cannot_favour_a_model(scripted: ScriptedOpenAI) -> None:
     scripted.default = first_shown_wins
     params = judge_params(scripted)
     params.pop("cache_dir")
     ids = [f"e{n}" for n in range(12)]
-    base = EvalReport(step=0, scenarios=12, failed=0, score=0.5, completion_rate=1, tool_error_rate=0,
-                      tool_calls_per_rollout=0,
-                      items=[EvalItem(id=i, score=0.5, completed=True, tool_calls=0, tool_errors=0, answer=f"base {i}")
-                             for i in ids])  # fmt: skip
-    current = base.model_copy(update={"step": 4, "items": [i.model_copy(update={"answer": "new"}) for i in base.items]})
+    evaluation = answered({"agent@0": {i: f"base {i}" for i in ids}, "agent@4": dict.fromkeys(ids, "new")})
     scorer = GroupScorer({}, judge_model=params.pop("judge_model"), rubric="Be right.", judge_params=params)
-    report = await compare_with_base(current, base, {i: f"request {i}" for i in ids}, scorer, seed=3)
-    versus = report.versus_base
+    judged = await judge_versus_first(evaluation, {i: f"request {i}" for i in ids}, scorer, seed=3)
+    versus = judged.summary.comparisons[0].judged
     assert versus is not None and versus.wins + versus.losses == 12 and versus.ties == 0
     assert versus.wins > 0 and versus.losses > 0  # the shuffle put each model first some of the time
     shown_first = [r["messages"][1]["content"].split("Answer 1:\n")[1].split("\n")[0] for r in scripted.requests]
     assert sum(text == "new" for text in shown_first) == versus.wins
-    assert scorer.prompt_tokens == 12 * 10 and versus.judge_cost_usd == 0.0
-    assert versus.judge_cost_known is False  # the scripted judge has no price: 0.0 is not what it cost
-    assert {item.versus_base for item in report.items} == {"win", "loss"}
+    assert scorer.prompt_tokens == 12 * 10 and scorer.cost_known is False  # the scripted judge has no price
 
 
 async def test_a_missing_answer_loses_without_asking_the_judge(scripted: ScriptedOpenAI) -> None:
     params = judge_params(scripted)
     params.pop("cache_dir")
-    base = EvalReport(step=0, scenarios=2, failed=1, score=0.5, completion_rate=1, tool_error_rate=0,
-                      tool_calls_per_rollout=0,
-                      items=[EvalItem(id="e0", score=0.5, completed=True, tool_calls=0, tool_errors=0, answer="x")])  # fmt: skip
-    current = base.model_copy(update={"step": 2, "items": [], "failed": 2})
+    failed = {"e0": None, "e1": None}
+    evaluation = answered({"agent@0": {"e0": "x", "e1": None}, "agent@2": failed, "agent@3": failed})
     scorer = GroupScorer({}, judge_model=params.pop("judge_model"), judge_params=params)
-    versus = (await compare_with_base(current, base, {"e0": "a", "e1": "b"}, scorer)).versus_base
-    assert versus is not None and (versus.wins, versus.losses, versus.ties) == (0, 1, 1)
-    assert versus.win_rate == 0.25 and scripted.requests == []
+    judged = await judge_versus_first(evaluation, {"e0": "a", "e1": "b"}, scorer)
+    versus = {(c.model, c.baseline): c.judged for c in judged.summary.comparisons}
+    first = versus["agent@2", "agent@0"]
+    assert first is not None and (first.wins, first.losses, first.ties) == (0, 1, 1)
+    assert first.win_rate == 0.25 and scripted.requests == []
+    assert versus["agent@3", "agent@2"] is None  # only the comparisons against the first model (the base)
 
 
 async def test_a_pairwise_answer_out_of_format_is_asked_again_then_fails_clearly(scripted: ScriptedOpenAI) -> None:

@@ -1,5 +1,6 @@
-"""`art-agents eval RUN_FOLDER`: an AutoRL run's held-out inputs, its own rollout and judge, for any models; and one
-error line for a folder that is neither a job file nor a run folder."""
+"""`art-agents eval RUN_FOLDER`: an AutoRL run's held-out inputs, its own rollout and recorded judge, for any models,
+as the run's own evaluation gives them; and one error line for a folder that is neither a job file nor a run
+folder, or a run folder that records no judge."""
 
 from __future__ import annotations
 
@@ -15,25 +16,40 @@ from scripted_openai import ScriptedOpenAI
 from typer.testing import CliRunner
 
 from art_agents.cli.main import app, load_parts
+from art_agents.evaluation.files import EvalSummary
+from art_agents.evaluation.tables import eval_model_rows, eval_pair_rows
 
 
 def generator_and_judge() -> Any:
-    """The scripted generator, and a RULER judge that scores a French answer 1 and any other 0."""
+    """The scripted generator; a RULER judge that scores a French answer 1 and any other 0; a pairwise judge that
+    prefers the French answer."""
     generator = ScriptedAutoRL()
 
     def reply(body: dict[str, Any]) -> str:
-        if body["messages"][0]["content"].startswith(("You prepare", "You write inputs")):
+        system = body["messages"][0]["content"]
+        if system.startswith(("You prepare", "You write inputs")):
             return generator(body)
+        if system.startswith("You compare two answers"):
+            first = body["messages"][1]["content"].split("Answer 1:\n")[1].split("\n")[0]
+            return json.dumps({"explanation": "French", "better": "1" if "bonjour" in first else "2"})
         return answer([(i, float("bonjour" in text)) for i, text in shown(body)])
 
     return reply
 
 
-def test_a_run_folders_heldout_inputs_compare_the_models(tmp_path: Path, monkeypatch: Any) -> None:
-    from art_agents.autorl.from_description import AutoRLConfig, prepare_run
+def comparable(summary: EvalSummary) -> tuple[list[list[str]], list[list[str]]]:
+    """An evaluation's table rows, less the one column two runs of it cannot share: the seconds a rollout took."""
+    latency = eval_model_rows(summary)[0].index("latency\ns")
+    models = [row[:latency] + row[latency + 1 :] for row in eval_model_rows(summary)[1]]
+    return models, eval_pair_rows(summary)[1]
+
+
+def test_eval_of_a_run_folder_needs_no_flag_and_gives_the_runs_own_table(tmp_path: Path, monkeypatch: Any) -> None:
+    from art_agents.autorl.from_description import AutoRLConfig, _Run, prepare_run
 
     monkeypatch.setenv("ART_AGENTS_RULER_CACHE", str(tmp_path / "ruler-cache"))
-    run = tmp_path / "run"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")  # the judge's key is never recorded: it comes from here
+    run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
     with (
         ScriptedOpenAI(model_suffix="") as scripted,
         ScriptedOpenAI(model_suffix="") as french,
@@ -45,21 +61,29 @@ def test_a_run_folders_heldout_inputs_compare_the_models(tmp_path: Path, monkeyp
             task=TASK, base_model="unused", judge_model="openai/judge", judge_params=params, inputs=2, eval_inputs=3,
             out=run,
         )  # fmt: skip
-        asyncio.run(prepare_run(config, echo=lambda _: None))  # the folder `art-agents autorl --dry-run` writes
+        folder, data = asyncio.run(prepare_run(config, echo=lambda _: None))  # what `autorl --dry-run` writes
+        models = [f"en@{english.base_url}", f"fr@{french.base_url}"]
+        own = asyncio.run(_Run(config, folder, data, print).held_out.compare(models))  # the run's own evaluation
         load_parts()
-        models = f"en@{english.base_url},fr@{french.base_url}"
-        judging = ["--judge-model", "openai/judge", "--judge-api-base", scripted.base_url, "--judge-api-key", "sk-test"]
-        result = CliRunner().invoke(app, ["eval", str(run), "--models", models, *judging, "--out", str(tmp_path)])
+        result = CliRunner().invoke(app, ["eval", str(run), "--models", ",".join(models), "--out", str(elsewhere)])
         held_out = [json.loads(line)["input"] for line in (run / "eval.jsonl").read_text().splitlines()]
         asked = {r["messages"][-1]["content"] for r in french.requests}
         system = {r["messages"][0]["content"] for r in french.requests}
+        settings = (run / "eval_settings.json").read_text()
+        (run / "eval_settings.json").unlink()  # a folder of an older run: its judge must be given
+        older = CliRunner().invoke(app, ["eval", str(run), "--models", models[0], "--out", str(tmp_path / "older")])
     assert result.exit_code == 0, result.output
     assert asked == set(held_out) and system == {(run / "system_prompt.md").read_text().strip()}
-    summary = json.loads((tmp_path / "eval" / "heldout" / "summary.json").read_text())
-    assert [(m["scenarios"], m["mean_reward"]) for m in summary["models"]] == [(3, 0.0), (3, 1.0)]
-    pair = summary["comparisons"][0]
-    assert (pair["mean_difference"], pair["wins"], pair["paired"]) == (1.0, 3, 3)
+    assert {r["temperature"] for r in french.requests} == {0.0}  # the run's evaluation temperature, recorded
+    summary = EvalSummary.model_validate_json((elsewhere / "eval" / "heldout" / "summary.json").read_text())
+    assert [(m.scenarios, m.mean_reward) for m in summary.models] == [(3, 0.0), (3, 1.0)]
+    pair = summary.comparisons[0]
+    assert (pair.mean_difference, pair.wins, pair.paired) == (1.0, 3, 3)
+    assert pair.judged is not None and (pair.judged.wins, pair.judged.win_rate) == (3, 1.0)  # judged side by side
+    assert comparable(summary) == comparable(own.summary)  # `eval RUN_FOLDER` reproduces the run's own table
     assert f"fr@{french.base_url}" in result.output and "evaluation heldout: pairs" in result.output
+    assert eval_pair_rows(summary)[0][-1].startswith("judged") and "sk-test" not in settings
+    assert older.exit_code == 1 and older.output.count("\n") == 1 and "give --judge-model" in older.output
 
 
 def test_a_folder_that_is_no_run_gets_one_error_line(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import random
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import ModuleType
 
 import pytest
 from benchmark_scripts import load_benchmark
@@ -165,4 +165,4 @@ def test_the_servers_own_error_messages_count_as_errors_and_empty_results_earn_l
         assert trajectory.metrics["tool_errors"] == trajectory.metrics["server_error_results"] == refused, text
         assert trajectory.metrics["empty_results"] == empty, text
         assert bench.reward(scenario, trajectory) == shaped, text
-        assert bench.valid(SimpleNamespace(**trajectory.metrics)) == 1 - refused
+        assert bench.valid(trajectory.metrics) == 1 - refused

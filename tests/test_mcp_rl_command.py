@@ -31,7 +31,10 @@ TASKS = [
 
 
 def generator_or_judge(body: dict[str, Any]) -> str:
-    """Writes scenarios when asked for them, else judges: the first trajectory shown scores best."""
+    """Writes scenarios when asked for them, else judges: the first trajectory shown scores best, and of two answers
+    side by side the second is better."""
+    if body["messages"][0]["content"].startswith("You compare two answers"):
+        return json.dumps({"explanation": "the second reads better", "better": "2"})
     asked = re.search(r"exactly (\d+) items", body["messages"][-1]["content"])
     if asked and "training tasks" in body["messages"][0]["content"]:
         count = int(asked.group(1))
@@ -80,7 +83,7 @@ def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_pat
             assert "Rerun the same command to continue" in stderr and "Traceback" not in stderr
         scenarios = (out / "scenarios.jsonl").read_text().splitlines()
         assert len(scenarios) == 6 and generator_requests(server) == 1
-        assert json.loads((out / "eval" / "step_0000.json").read_text())["scenarios"] == 2
+        assert len((out / "eval" / "heldout" / "mcp-agent@0.jsonl").read_text().splitlines()) == 2
 
         second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
         assert second.returncode == 0, second.stderr
@@ -96,9 +99,10 @@ def test_mcp_rl_runs_is_interrupted_and_resumes_at_the_right_step(tiny_model_pat
     assert [row["step"] for row in history] == [1, 2]  # no step trained twice, none skipped
     assert all(row["config"]["max_staleness"] == 1 and "pipeline/staleness" in row["metrics"] for row in history)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["step"] == 2 and summary["before"]["step"] == 0 and summary["after"]["step"] == 2
+    assert summary["step"] == 2 and [m["step"] for m in summary["evaluation"]["models"]] == [0, 2]
+    assert summary["evaluation"]["comparisons"][0]["judged"] is not None  # RULER: judged side by side too
     assert summary["generation"]["calls"] == 1 and summary["generation"]["prompt_tokens"] == 10
-    assert "task completed" in second.stdout and "judge (this run):" in second.stdout
+    assert "evaluation heldout: pairs" in second.stdout and "judge (this run):" in second.stdout
     assert "cost unknown" in second.stdout  # the scripted judge is in no price map: not a made-up $0
     trajectories = [
         json.loads(line)
@@ -211,8 +215,10 @@ def test_an_sft_warmup_runs_before_rl_and_is_not_redone(tiny_model_path: Path, t
 
 
 def completes_best(body: dict[str, Any]) -> str | dict[str, Any]:
-    """The teacher as above; the judge scores a rollout that completed its task 0.9 and any other 0.1."""
-    if body["model"] == "teacher" or "training tasks" in body["messages"][0]["content"]:
+    """The teacher as above; the judge scores a rollout that completed its task 0.9 and any other 0.1 (and judges
+    two answers side by side as above)."""
+    system = body["messages"][0]["content"]
+    if body["model"] == "teacher" or "training tasks" in system or system.startswith("You compare two answers"):
         return teacher_or_scripted(body)
     return answer([(i, 0.9 if "complete_task" in text else 0.1) for i, text in shown(body)])
 

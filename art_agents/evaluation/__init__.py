@@ -6,7 +6,7 @@ A flat face over its modules: `run` (`evaluate`, `Evaluation`, the periodic eval
 statistics), `charts` (the figures) and `command` (`art-agents eval`).
 """
 
-from art_agents.evaluation.comparison import PairComparison, compare_pair, mean_ci, paired_ci
+from art_agents.evaluation.comparison import JudgedWins, PairComparison, compare_pair, mean_ci, paired_ci
 from art_agents.evaluation.files import (
     EVAL_FOLDER,
     EvalSummary,
@@ -24,6 +24,7 @@ __all__ = [
     "EvalSummary",
     "EvalTarget",
     "Evaluation",
+    "JudgedWins",
     "ModelSpec",
     "ModelSummary",
     "PairComparison",

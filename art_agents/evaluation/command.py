@@ -58,17 +58,17 @@ def eval_job(
     decoding: Annotated[
         str | None,
         typer.Option(
-            help="rollout, greedy or sampled. Default: rollout for a job; greedy for a run folder, as its "
-            "own evaluation."
+            help="rollout, greedy or sampled. Default: rollout for a job and an autorl or mcp-rl run folder (its "
+            "recorded evaluation temperature); greedy for the quickstart, as its own evaluation."
         ),
     ] = None,
     judge_model: Annotated[
-        str | None, typer.Option(help="Run folder: LiteLLM model string of the RULER judge that scores, as in the run.")
+        str | None, typer.Option(help="Run folder: LiteLLM judge model. Default: the run's.")
     ] = None,
-    judge_api_base: Annotated[str | None, typer.Option(help="Run folder: OpenAI-compatible URL of the judge.")] = None,
-    judge_api_key: Annotated[str | None, typer.Option(help="Run folder: API key of the judge.")] = None,
+    judge_api_base: Annotated[str | None, typer.Option(help="Run folder: the judge's URL. Default: the run's.")] = None,
+    judge_api_key: Annotated[str | None, typer.Option(help="Run folder: the judge's key (runs record none).")] = None,
     reward: Annotated[
-        str | None, typer.Option(help="mcp-rl run folder: module:function (scenario, trajectory) -> float, not RULER.")
+        str | None, typer.Option(help="mcp-rl run folder: module:function (scenario, trajectory) -> float.")
     ] = None,
 ) -> None:
     """Evaluate and compare models on held-out scenarios with a job's or a run's rollout; saved and resumable."""
@@ -87,7 +87,7 @@ def eval_job(
             )
             raise typer.Exit(2)
         judge = {"judge_model": judge_model, "judge_params": {"api_base": judge_api_base, "api_key": judge_api_key}}
-        options |= {"out": out or source, "decoding": decoding or "greedy"}
+        options |= {"out": out or source, "decoding": decoding or ("greedy" if kind == "quickstart" else "rollout")}
         _print(_stopping(lambda: _run_folder(source, kind, wanted, judge, reward, options)))
         return
     if scenarios is None:
@@ -159,7 +159,9 @@ async def _run_folder(
     scorer = load_function(reward, "reward") if reward else None
     async with parts.load(parts.RUN_EVALUATIONS[kind])(folder, reward=scorer, **judge) as run:
         ours = run.name
-        return await _evaluate(run.rollout, run.heldout, wanted or [f"{ours}@0", ours], ours, run.registered, options)
+        result = await _evaluate(run.rollout, run.heldout, wanted or [f"{ours}@0", ours], ours, run.registered, options)
+        judged = getattr(run, "judged", None)  # autorl and mcp-rl runs judge RULER-scored answers side by side
+        return await judged(result) if judged is not None else result
 
 
 async def _evaluate(
@@ -180,13 +182,9 @@ def _asks_for(wanted: list[str], ours: str) -> bool:
 
 
 def _print(result: Evaluation) -> None:
-    from rich.console import Console
+    from art_agents.evaluation.tables import eval_text
 
-    from art_agents.evaluation.tables import eval_tables
-
-    console = Console()
-    for table in eval_tables(result.summary):
-        console.print(table)
+    typer.echo(eval_text(result.summary))
     if result.folder is not None:
         typer.echo(f"saved: {result.folder}")
 

@@ -40,6 +40,16 @@ def mean_ci(values: Sequence[float], *, resamples: int = 10_000, seed: int = 0) 
     return paired_ci([0.0] * len(values), values, resamples=resamples, seed=seed)
 
 
+class JudgedWins(Schema):
+    """A judge's side-by-side verdicts on two models' answers to the same scenarios. Where rewards are relative
+    (RULER ranks each group on its own), two models' mean rewards are not on one scale; these verdicts are."""
+
+    wins: int
+    losses: int
+    ties: int
+    win_rate: float | None = Field(description="(wins + ties / 2) / scenarios: 0.5 is no better than the baseline.")
+
+
 class PairComparison(Schema):
     """`model` against `baseline` on the scenarios both ran: how much better, how sure, how often."""
 
@@ -55,6 +65,7 @@ class PairComparison(Schema):
     losses: int
     ties: int
     win_rate: float | None = Field(description="(wins + ties / 2) / paired: 0.5 is no better than the baseline.")
+    judged: JudgedWins | None = Field(None, description="A pairwise judge's verdicts (runs scored by RULER).")
 
 
 def compare_pair(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from art_agents.evaluation.comparison import PairComparison
 from art_agents.evaluation.files import EvalSummary
 
 if TYPE_CHECKING:
@@ -52,6 +53,7 @@ def eval_model_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
 
 def eval_pair_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
     """The per-pair table: model minus the one before it ("vs"), its paired bootstrap interval, wins/losses/ties."""
+    judged = any(c.judged is not None for c in summary.comparisons)
     head = ["model", "vs", "paired", "mean\ndiff.", "95% CI", "win\nrate", "W/L/T", "failed\nmodel/vs"]
     rows = [
         [
@@ -63,10 +65,17 @@ def eval_pair_rows(summary: EvalSummary) -> tuple[list[str], list[list[str]]]:
             format_value(c.win_rate),
             f"{c.wins}/{c.losses}/{c.ties}",
             f"{c.model_failed}/{c.baseline_failed}",
+            *([_judged(c)] if judged else []),
         ]
         for c in summary.comparisons
     ]
-    return head, rows
+    return [*head, *(["judged\nwin rate\nW/L/T"] if judged else [])], rows
+
+
+def _judged(comparison: PairComparison) -> str:
+    """The pairwise judge's win rate and wins/losses/ties, for the pairs it judged (those against the first model)."""
+    j = comparison.judged
+    return "-" if j is None else f"{format_value(j.win_rate)}\n{j.wins}/{j.losses}/{j.ties}"
 
 
 def eval_tables(summary: EvalSummary) -> list[Table]:
@@ -79,9 +88,7 @@ def eval_tables(summary: EvalSummary) -> list[Table]:
     for kind, (head, rows), names in (("models", eval_model_rows(summary), 1), ("pairs", eval_pair_rows(summary), 2)):
         if not rows:
             continue
-        table = Table(
-            title=f"evaluation {summary.name}: {kind}", box=box.SIMPLE_HEAD, padding=0, show_edge=False
-        )
+        table = Table(title=f"evaluation {summary.name}: {kind}", box=box.SIMPLE_HEAD, padding=0, show_edge=False)
         for i, column in enumerate(head):
             if i < names:
                 table.add_column(column, no_wrap=True, min_width=max(len(row[i]) for row in rows))
@@ -91,3 +98,17 @@ def eval_tables(summary: EvalSummary) -> list[Table]:
             table.add_row(*row)
         tables.append(table)
     return tables
+
+
+def eval_text(summary: EvalSummary) -> str:
+    """The tables as text at the terminal's width: what `art-agents eval` prints and what an `autorl` or `mcp-rl`
+    run ends with, so the two can be set side by side."""
+    import io
+    import shutil
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=shutil.get_terminal_size().columns, color_system=None)
+    for table in eval_tables(summary):
+        console.print(table)
+    return console.file.getvalue().rstrip("\n")  # type: ignore[attr-defined]
