@@ -262,7 +262,11 @@ class _Run:
         self.curriculum = Curriculum(data.pool, retire_after=config.retire_after, seed=config.seed)
         self.scenarios: dict[str, TaskInput] = {**self.curriculum.by_id(), **{i.id: i for i in data.eval_inputs}}
         self.scorer = GroupScorer(
-            self.scenarios, judge_model=config.judge_model, rubric=data.setup.rubric, judge_params=config.judge_params
+            self.scenarios,
+            judge_model=config.judge_model,
+            rubric=data.setup.rubric,
+            judge_params=config.judge_params,
+            hints=config.ruler_hints,
         )
         self.rows: list[StepRow] = []
         self.held_out = held_out_evaluation(

@@ -116,6 +116,7 @@ async def run_mcp_rl(
             judge_model=config.judge_model,
             rubric=config.rubric,
             judge_params=config.judge_params,
+            hints=config.ruler_hints,
         )
         temperature = AdaptiveTemperature(config.rollout.temperature, config.temperature_schedule)
         eval_rollout = config.rollout.model_copy(update={"temperature": config.eval_temperature})

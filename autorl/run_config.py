@@ -7,7 +7,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from art_agents.autorl.generation import Generation, spend_text
 from art_agents.autorl.run_folder import RunFolder
@@ -30,6 +30,13 @@ class RunConfig(Schema):
     train: TrainConfig = Field(default_factory=TrainConfig)
     judge_model: str | None = Field(None, description="LiteLLM model string of the RULER judge.")
     judge_params: dict[str, Any] = Field(default_factory=dict, description="Extra LiteLLM keywords (api_base...).")
+    ruler_hints: bool = Field(
+        False,
+        description=(
+            "RULER's explanation of each rollout becomes its hint, and training self-distils from it "
+            "(`train.self_distill`, 1.0 unless set): every token learns from what the judge said, not only the score."
+        ),
+    )
     generator_model: str | None = Field(None, description="Writes the training data; defaults to the judge model.")
     generator_params: dict[str, Any] = Field(default_factory=dict)
     steps: int = Field(10, ge=1, description="Total training steps of the run (a rerun continues to this).")
@@ -47,6 +54,14 @@ class RunConfig(Schema):
     out: Path = Field(Path("autorl-run"), description="Run folder: generated data, evaluations, checkpoints.")
     base_url: str | None = Field(None, description="A running art-agents server; default: start a local one.")
     api_key: str | None = None
+
+    @model_validator(mode="after")
+    def _hints_distil(self) -> Self:
+        if self.ruler_hints and not self.judge_model:
+            raise ValueError("ruler_hints uses RULER's explanations; give a judge (--judge-model)")
+        if self.ruler_hints and not self.train.self_distill:
+            self.train = self.train.model_copy(update={"self_distill": 1.0})
+        return self
 
     @classmethod
     def load(cls, path: Path | None, flags: dict[str, Any]) -> Self:

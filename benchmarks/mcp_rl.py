@@ -124,6 +124,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a group with no right rollout gets the teacher's solution in place of its worst rollout (off-policy "
         "guidance)",
     )
+    p.add_argument(
+        "--self-distill",
+        type=float,
+        default=0.0,
+        help="RL adds self-distillation with this weight (TrainConfig.self_distill): each rollout's hint is its "
+        "task's solution (the tool call, its result, the answer), which a teacher (the policy) sees; 0: off",
+    )
+    p.add_argument(
+        "--beta", type=float, default=0.0, help="RL's KL penalty (TrainConfig.beta) to the step RL starts from"
+    )
     p.add_argument("--scenarios-out", type=Path, help="write the scenarios here as JSONL")
     p.add_argument("--keep", action="store_true", help="keep the temporary art path (printed at the end)")
     p.add_argument("--result", type=Path, help="write the full result (both evaluations, per task) here as JSON")
@@ -300,21 +310,33 @@ async def rl_steps(
     from art_agents import TrainConfig, TrajectoryGroup, gather_trajectory_groups
 
     # worked examples make ~800-token sequences: 4 per pass keeps the server near 6 GB (16 ran out of 24 GB)
-    train_config = TrainConfig(learning_rate=args.lr, micro_batch_size=4)
+    start = await rl.model.get_step()  # the warmup's last step (0 without one): the KL's reference
+    train_config = TrainConfig(
+        learning_rate=args.lr, micro_batch_size=4, self_distill=args.self_distill, beta=args.beta,
+        reference_step=start or None,
+    )  # fmt: skip
+    hints = {t.scenario.id: t.hint() for t in TASK_SETS[args.tasks].solved(args.scenarios, args.val, args.seed)}
     attempt = functools.partial(server_rollout, server=rl.server, config=rl.config)
     draws = Draws(train, args.curriculum, args.seed)
     guide = Guide(rl.teacher, attempt, rl.scorer, below=1.0) if rl.teacher else None
     guides: list[int] = []
+
+    async def scored(group: Any) -> Any:
+        group = await (guide or rl.scorer)(group)
+        for trajectory in group.trajectories if group is not None and args.self_distill else []:
+            trajectory.hint = hints[group_task(group)]
+        return group
 
     async def roll(tasks: list[Scenario]) -> list[Any]:
         return await gather_trajectory_groups(
             (TrajectoryGroup(attempt(rl.model, s) for _ in range(args.group_size)) for s in tasks),
             pbar_desc=None,
             max_exceptions=0.25,
-            after_each=guide or rl.scorer,
+            after_each=scored,
         )
 
-    print(f"{'step':>4} {'reward':>6} {'tool calls':>10} {'tied groups':>11} {'rollout s':>9} {'train s':>7}"
+    print(f"{'step':>4} {'reward':>6} {'solved %':>8} {'ran a tool %':>12} {'tool calls':>10} {'tied groups':>11} "
+          f"{'rollout s':>9} {'train s':>7}"
           + ("  groups rolled  tasks left" if draws.failures else "") + ("  guided" if guide else ""))  # fmt: skip
     for step in range(args.steps):
         reset(f"RL step {step + 1}")
@@ -333,8 +355,9 @@ async def rl_steps(
             more = await roll(draws.sample(args.groups_per_step - len(signal), exclude=seen))
             rolled_groups += more
             signal += draws.observe(more)
-        # `failures` trains the groups with a signal (none: the draw's groups, which train nothing)
-        groups = (signal or rolled_groups) if draws.failures else rolled_groups
+        # `failures` trains the groups with a signal (none: the draw's groups, which train nothing); with
+        # self-distillation every group teaches through its hints
+        groups = (signal or rolled_groups) if draws.failures and not args.self_distill else rolled_groups
         rolled = time.perf_counter()
         result = await rl.model.train(groups, train_config, progress=False)
         timings["rollout_s"].append(rolled - began)
@@ -346,7 +369,10 @@ async def rl_steps(
         extra = f"  {len(rolled_groups):>13}  {len(draws.pool()):>10}" if draws.failures else ""
         guides.append(guide.guided - guided if guide else 0)
         extra += f"  {guides[-1]:>6}" if guide else ""
-        print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {calls:>10.2f} {skipped:>11} "
+        extra += f"  KL to teacher {result.metrics.get('self_distill_kl', 0.0):.3f}" if args.self_distill else ""
+        solved = 100 * statistics.fmean(r >= 1.0 for r in rewards)  # the draw's task success, sampled
+        ran = 100 * statistics.fmean(t.metrics.get("tool_calls", 0) > t.metrics.get("tool_errors", 0) for t in own)
+        print(f"{result.step:>4} {statistics.fmean(rewards):6.3f} {solved:8.1f} {ran:12.1f} {calls:>10.2f} {skipped:>11} "
               f"{timings['rollout_s'][-1]:9.1f} {timings['train_s'][-1]:7.1f}{extra}", flush=True)  # fmt: skip
     return guides
 
