@@ -5,33 +5,19 @@ a served model, a scripted judge over LiteLLM, the hints over HTTP to the traine
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 from ruler_fixtures import judge_by_position
 from scripted_openai import ScriptedOpenAI
 from server_fixtures import start_server
+from test_guidance import TASK, attempt
 
 from art_agents import TrainConfig, TrajectoryGroup
 from art_agents.autorl.from_description import AutoRLConfig
-from art_agents.autorl.scenarios import Scenario
 from art_agents.autorl.scoring import GroupScorer
 from art_agents.backends.remote import RemoteBackend
-from art_agents.capture import rollout
 from art_agents.errors import ArtError
-from art_agents.model import Model, TrainableModel
-
-TASK = Scenario(id="t0", split="train", task="What is six times seven?", difficulty=1)
-
-
-async def attempt(model: Model) -> Any:
-    client = model.openai_client()
-    async with rollout(scenario_id=TASK.id) as trajectory:
-        await client.chat.completions.create(
-            model=model.served_name, messages=[{"role": "user", "content": TASK.task}], max_tokens=6
-        )
-    await client.close()
-    return trajectory
+from art_agents.model import TrainableModel
 
 
 async def test_the_judges_explanations_become_hints_that_train(tiny_model_path: Path, tmp_path: Path) -> None:
@@ -42,7 +28,7 @@ async def test_the_judges_explanations_become_hints_that_train(tiny_model_path: 
         backend = RemoteBackend(url)
         model = TrainableModel(name="student", project="p", base_model=str(tiny_model_path))
         await model.register(backend)
-        group = await scorer(TrajectoryGroup([await attempt(model) for _ in range(3)]))
+        group = await scorer(TrajectoryGroup([await attempt(model, TASK) for _ in range(3)]))
         assert group is not None
         hints = [t.hint or "" for t in group.trajectories]
         assert all(h.startswith("A reviewer judged an earlier attempt") for h in hints)
