@@ -104,7 +104,7 @@ class Hints:
     ) -> TrainSequence | None:
         """`sequence` with its hint in it (`position`), or None without a hint or when it would not fit."""
         hint = self.ids.get((sequence.group, sequence.trajectory))
-        if not hint:
+        if not hint or not sequence.trained_tokens:  # no hint, or a rank's empty filler sequence
             return None
         if context is not None and len(sequence.token_ids) + len(hint) > context:
             self.too_long += 1
