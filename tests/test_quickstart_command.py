@@ -19,6 +19,13 @@ from art_agents.server.ops.quickstart import Stall, model_folder
 QUICKSTART = [sys.executable, "-m", "art_agents", "quickstart"]
 
 
+def ctrl_c_as_in_a_terminal() -> None:
+    """The child gets SIGINT as a terminal's Ctrl-C does: a test worker whose SIGINT is ignored or blocked (seen in a
+    full-suite run: the quickstart ran on to the end after the signal) passes that on to what it starts."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def run(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*QUICKSTART, *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
@@ -98,7 +105,12 @@ def test_the_default_run_reaches_its_20_steps_and_a_rerun_after_a_stall_says_so(
 @pytest.mark.slow
 def test_ctrl_c_prints_one_line_saying_what_is_saved_and_leaves_no_server(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [*QUICKSTART, "--steps", "50"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*QUICKSTART, "--steps", "50"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     assert process.stdout is not None
     for line in process.stdout:
@@ -126,6 +138,7 @@ def test_ctrl_c_while_the_tiny_model_builds_ends_the_run_at_once_and_repeats_the
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_as_in_a_terminal,
     )
     builder = None
     for _ in range(600):  # the tiny model is built in a child of its own, which a Ctrl-C ends with the run
