@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+from art_agents.server.training.updates import put_back, weights_copy
+
 Which = Literal["policy", "base"] | int
 
 
@@ -34,19 +36,15 @@ class OtherPolicies:
             yield from self._checkpoint(which)
 
     def _checkpoint(self, step: int) -> Iterator[None]:
-        import torch
         from peft import set_peft_model_state_dict
 
         weights = self._weights(step)
-        own = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        own = weights_copy(self.model)
         try:
             set_peft_model_state_dict(self.model, weights, adapter_name="default")
             yield
         finally:
-            with torch.no_grad():
-                for name, param in self.model.named_parameters():
-                    if name in own:
-                        param.copy_(own[name])
+            put_back(self.model, own)
 
     def _weights(self, step: int) -> dict[str, Any]:
         from peft import load_peft_weights

@@ -42,7 +42,7 @@ from art_agents.server.training.sequences import (
 from art_agents.server.training.shared_prefix import PrefixSharing, sharing_for
 from art_agents.server.training.step_metrics import first_pass_sums
 from art_agents.server.training.step_work import Progress, StepWork
-from art_agents.server.training.updates import activation_checkpointing, apply, timed
+from art_agents.server.training.updates import activation_checkpointing, apply, put_back, timed, weights_copy
 from art_agents.wire import reward_stats
 
 if TYPE_CHECKING:
@@ -406,18 +406,13 @@ class PolicyTrainer:
             raise
 
     def _snapshot(self) -> tuple[dict[str, torch.Tensor], dict | None]:
-        weights = {n: p.detach().clone() for n, p in self.model.named_parameters() if p.requires_grad}
+        weights = weights_copy(self.model)
         state = copy.deepcopy(self._optimizer.state_dict()) if self._optimizer is not None else None
         return weights, state
 
     def _restore(self, snapshot: tuple[dict[str, torch.Tensor], dict | None]) -> None:
-        import torch
-
         weights, state = snapshot
-        with torch.no_grad():
-            for name, param in self.model.named_parameters():
-                if name in weights:
-                    param.copy_(weights[name])
+        put_back(self.model, weights)
         if self._optimizer is not None:
             if state is None:
                 self._optimizer = None

@@ -1,5 +1,6 @@
-"""What every optimizer step does around its loss: refuse non-finite numbers, clip and step; and the trainer's
-switches (activation checkpointing, timing) that both RL and SFT calls use."""
+"""What every optimizer step does around its loss: refuse non-finite numbers, clip and step; the trainer's
+switches (activation checkpointing, timing) that both RL and SFT calls use; and a copy of the trainable weights to
+put back (a failed step, a checkpoint scored in their place)."""
 
 from __future__ import annotations
 
@@ -45,3 +46,18 @@ def activation_checkpointing(model: Any, *, on: bool) -> None:
         model.activation_checkpointing_enable({"use_reentrant": False})
     else:
         model.activation_checkpointing_disable()
+
+
+def weights_copy(model: Any) -> dict[str, torch.Tensor]:
+    """A copy of this process's trainable (LoRA) tensors, to put back with `put_back`."""
+    return {name: param.detach().clone() for name, param in model.named_parameters() if param.requires_grad}
+
+
+def put_back(model: Any, weights: dict[str, torch.Tensor]) -> None:
+    """Copy `weights_copy`'s tensors into the parameters in place (the optimizer keeps the same tensors)."""
+    import torch
+
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name in weights:
+                param.copy_(weights[name])
