@@ -22,9 +22,10 @@ from art_agents.autorl.eval_settings import EvalSettings
 from art_agents.autorl.run_config import RunConfig, registered_model
 from art_agents.autorl.run_folder import EVAL_FILE, RUBRIC_FILE, SCENARIOS_FILE, SYSTEM_PROMPT_FILE, RunFolder
 from art_agents.autorl.scoring import GroupScorer, RewardFn
-from art_agents.errors import ArtError
+from art_agents.errors import ArtError, SetupError
 from art_agents.evaluation.run import Evaluation, evaluate
 from art_agents.model import Model, TrainableModel
+from art_agents.ruler.judge import RulerError
 from art_agents.trajectory import Trajectory, TrajectoryGroup
 
 if TYPE_CHECKING:
@@ -88,10 +89,15 @@ class RunEvaluation:
 
 
 def scored_alone(run_one: Rollout, scorer: GroupScorer) -> Rollout:
-    """`run_one` with its trajectory scored as training scores it (a group of one)."""
+    """`run_one` with its trajectory scored as training scores it (a group of one). A judge that cannot score stops
+    the evaluation (a `SetupError`) instead of counting as the model's failed rollout."""
 
     async def rollout(model: Model, scenario: Any) -> Trajectory:
-        group = await scorer(TrajectoryGroup([await run_one(model, scenario)]))
+        trajectory = await run_one(model, scenario)
+        try:
+            group = await scorer(TrajectoryGroup([trajectory]))
+        except RulerError as exc:
+            raise SetupError(str(exc)) from exc
         if group is None or not group.trajectories:
             raise ArtError(f"the judge gave no score for scenario {getattr(scenario, 'id', scenario)}")
         return group.trajectories[0]

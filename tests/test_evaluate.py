@@ -147,6 +147,28 @@ async def test_failing_scenarios_are_counted_and_an_interrupted_run_resumes(fron
     assert summary.first_error == "RuntimeError: the tool server fell over"
 
 
+async def test_an_error_every_rollout_would_hit_stops_the_evaluation_and_records_nothing(
+    frontier: Any, tmp_path: Path
+) -> None:
+    good, _ = frontier
+    cancelled: list[str] = []
+
+    async def judge_down(model: art.Model, scenario: dict[str, Any]) -> art.Trajectory:
+        if scenario["id"] != "q0":
+            try:
+                await asyncio.sleep(60)
+            except asyncio.CancelledError:
+                cancelled.append(scenario["id"])
+                raise
+        raise SetupError("judge 'openai/judge' could not be reached; check that the judge is running")
+
+    model = art.Model(name="good", inference_base_url=good.base_url)
+    with pytest.raises(SetupError, match="could not be reached"):
+        await art.evaluate(judge_down, SCENARIOS, [model], out=tmp_path, pbar_desc=None)
+    assert sorted(cancelled) == ["q1", "q2", "q3", "q4", "q5"]  # the others were stopped, not left running
+    assert not (tmp_path / "eval").exists()  # not recorded as the model's failed scenarios
+
+
 async def test_retries_and_timeouts_bound_each_rollout(frontier: Any) -> None:
     good, _ = frontier
     tries: dict[str, int] = {}

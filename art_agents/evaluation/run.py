@@ -36,7 +36,8 @@ from art_agents.model import Model, TrainableModel
 from art_agents.names import check_safe_name
 from art_agents.progress import progress_bar
 from art_agents.schema import Schema
-from art_agents.tasks import retry
+from art_agents.fatal import fatal_error
+from art_agents.tasks import gather_or_cancel, retry
 from art_agents.trajectory import Trajectory
 
 Decoding = Literal["rollout", "greedy", "sampled"]
@@ -93,7 +94,8 @@ async def evaluate(
     (ART's `retry`), each try bounded by `timeout_s`. `decoding="greedy"` (temperature 0) or `"sampled"`
     (temperature 1) is set in every chat request of clients the toolkit built; `"rollout"` leaves them alone.
     Saved to `<out>/eval/<name>/` (default `out`: the folder of the first TrainableModel on a LocalBackend);
-    scenarios already there are not run again. A scenario whose rollouts all raise is counted as failed.
+    scenarios already there are not run again. A scenario whose rollouts all raise is counted as failed; an error
+    every rollout would hit (`art_agents.fatal`: server down, unknown model, a judge that cannot score) stops it.
     """
     check_safe_name(name, "name")
     if rollouts_per_scenario < 1:
@@ -120,13 +122,13 @@ async def evaluate(
             _one(call, target, scenarios[index], limits[target.provider], fields, bar)
             for _ in range(rollouts_per_scenario)
         ]
-        result = _scenario_run(target, index, sid, await asyncio.gather(*tries))
+        result = _scenario_run(target, index, sid, await gather_or_cancel(tries))
         done[target.label][sid] = result
         if folder is not None:
             append_run(folder / f"{target.file_stem}.jsonl", result)
 
     try:
-        await asyncio.gather(*(run(*job) for job in todo))
+        await gather_or_cancel(run(*job) for job in todo)
     finally:
         bar.close()
     runs = {t.label: [done[t.label][sid] for sid in ids if sid in done[t.label]] for t in targets}
@@ -223,6 +225,9 @@ async def _one(
             if not isinstance(result, Trajectory):
                 raise TypeError(f"the rollout returned {type(result).__name__}, not a Trajectory")
         except Exception as exc:
+            fatal = fatal_error(exc)  # every rollout would hit it: stop rather than record it as the model's failure
+            if fatal is not None:
+                raise fatal from fatal.__cause__
             result = f"{type(exc).__name__}: {exc}".strip()
         finally:
             bar.update(1)
