@@ -129,7 +129,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="RL adds self-distillation with this weight (TrainConfig.self_distill): each rollout's hint is its "
-        "task's solution (the tool call, its result, the answer), which a teacher (the policy) sees; 0: off",
+        "task's solution (see --hint), which a teacher (the policy) sees; 0: off",
+    )
+    p.add_argument(
+        "--hint",
+        choices=["solution", "way"],
+        default="solution",
+        help="with --self-distill: solution: the tool call, its result and the answer; way: the tool call and "
+        "'report what it returns', without the result",
     )
     p.add_argument(
         "--beta", type=float, default=0.0, help="RL's KL penalty (TrainConfig.beta) to the step RL starts from"
@@ -315,7 +322,8 @@ async def rl_steps(
         learning_rate=args.lr, micro_batch_size=4, self_distill=args.self_distill, beta=args.beta,
         reference_step=start or None,
     )  # fmt: skip
-    hints = {t.scenario.id: t.hint() for t in TASK_SETS[args.tasks].solved(args.scenarios, args.val, args.seed)}
+    solved = TASK_SETS[args.tasks].solved(args.scenarios, args.val, args.seed)
+    hints = {t.scenario.id: t.hint(with_result=args.hint == "solution") for t in solved}
     attempt = functools.partial(server_rollout, server=rl.server, config=rl.config)
     draws = Draws(train, args.curriculum, args.seed)
     guide = Guide(rl.teacher, attempt, rl.scorer, below=1.0) if rl.teacher else None

@@ -37,13 +37,14 @@ class Solved:
     tool: str
     arguments: dict[str, Any]
 
-    def hint(self) -> str:
-        """The solution as privileged context for self-distillation: the call, what it returns, the answer."""
+    def hint(self, with_result: bool = True) -> str:
+        """The solution as privileged context for self-distillation: the call, what it returns, the answer; or,
+        without the result, only the way to it (the call, then reporting what it returns)."""
         answer = self.scenario.reference_answer
-        return (
-            f"call {self.tool} with {json.dumps(self.arguments)}; it returns {answer}; then call complete_task with "
-            f"{json.dumps({'answer': answer})}."
-        )
+        call = f"call {self.tool} with {json.dumps(self.arguments)}"
+        if not with_result:
+            return f"{call}; then call complete_task with the answer the tool returns."
+        return f"{call}; it returns {answer}; then call complete_task with {json.dumps({'answer': answer})}."
 
 
 @dataclass(frozen=True)
