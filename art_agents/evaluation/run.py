@@ -32,11 +32,11 @@ from art_agents.evaluation.files import (
     write_summary,
 )
 from art_agents.evaluation.targets import EvalTarget, ModelSpec, cost_usd, resolve_targets
+from art_agents.fatal import fatal_error
 from art_agents.model import Model, TrainableModel
 from art_agents.names import check_safe_name
 from art_agents.progress import progress_bar
 from art_agents.schema import Schema
-from art_agents.fatal import fatal_error
 from art_agents.tasks import gather_or_cancel, retry
 from art_agents.trajectory import Trajectory
 
